@@ -1,0 +1,207 @@
+package netwatch
+
+import (
+	"cmp"
+	"iter"
+	"maps"
+	"slices"
+)
+
+// state is the cache's content. The watcher owns it; a View reads it under
+// the watcher's read lock.
+type state struct {
+	synced bool
+	gen    uint64
+	links  map[uint32]Link
+	addrs  map[AddrKey]Addr
+	tables [2]map[Table]*table // [0] IPv4, [1] IPv6
+	rules  [2][]Rule           // kernel order
+}
+
+func newState() *state {
+	return &state{
+		links:  make(map[uint32]Link),
+		addrs:  make(map[AddrKey]Addr),
+		tables: [2]map[Table]*table{make(map[Table]*table), make(map[Table]*table)},
+	}
+}
+
+func fi(f Family) int {
+	if f == IPv6 {
+		return 1
+	}
+	return 0
+}
+
+func (s *state) table(f Family, t Table, create bool) *table {
+	tb := s.tables[fi(f)][t]
+	if tb == nil && create {
+		tb = newTable(f, t)
+		s.tables[fi(f)][t] = tb
+	}
+	return tb
+}
+
+// Snapshot is a copy of a cache's content, as plain values. Tests and
+// tools build one to get a View without a kernel; examples/watch prints one.
+type Snapshot struct {
+	Links  []Link
+	Addrs  []Addr
+	Routes []Route
+	Rules  []Rule
+}
+
+// View returns a synced View of s, for pure code and its tests. Routes that
+// share a key are kept in the order given.
+func (s Snapshot) View() View {
+	st := newState()
+	st.synced = true
+	for _, l := range s.Links {
+		st.links[l.Index] = l
+	}
+	for _, a := range s.Addrs {
+		st.addrs[a.Key()] = a
+	}
+	for _, r := range s.Routes {
+		tb := st.table(r.Family, r.Table, true)
+		tb.setAll(r.Key(), append(tb.getAll(r.Key()), r))
+	}
+	for _, r := range s.Rules {
+		st.rules[fi(r.Family)] = append(st.rules[fi(r.Family)], r)
+	}
+	return View{st}
+}
+
+// View is a consistent, read-only view of a cache. One obtained from
+// Watcher.Read is valid only during the callback; one from Snapshot.View
+// for as long as it is kept.
+type View struct{ s *state }
+
+// Synced reports whether the view reflects a complete dump plus every event
+// since. A view that is not synced must not be used to remove anything.
+func (v View) Synced() bool { return v.s != nil && v.s.synced }
+
+// Generation counts the changes applied to the cache.
+func (v View) Generation() uint64 { return v.s.gen }
+
+// Link returns the link with the given index.
+func (v View) Link(index uint32) (Link, bool) {
+	l, ok := v.s.links[index]
+	return l, ok
+}
+
+// LinkByName returns the link with the given name.
+func (v View) LinkByName(name string) (Link, bool) {
+	for _, l := range v.s.links {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Link{}, false
+}
+
+// Links yields every link, by index.
+func (v View) Links() iter.Seq[Link] {
+	return func(yield func(Link) bool) {
+		for _, i := range slices.Sorted(maps.Keys(v.s.links)) {
+			if !yield(v.s.links[i]) {
+				return
+			}
+		}
+	}
+}
+
+// Addrs yields the addresses of the link with the given index, or of
+// every link when index is 0, ordered by link and address.
+func (v View) Addrs(index uint32) iter.Seq[Addr] {
+	return func(yield func(Addr) bool) {
+		var as []Addr
+		for k, a := range v.s.addrs {
+			if index == 0 || k.Index == index {
+				as = append(as, a)
+			}
+		}
+		slices.SortFunc(as, func(a, b Addr) int {
+			return cmp.Or(cmp.Compare(a.Index, b.Index), a.Prefix.Addr().Compare(b.Prefix.Addr()), cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits()))
+		})
+		for _, a := range as {
+			if !yield(a) {
+				return
+			}
+		}
+	}
+}
+
+// Tables returns the IDs of the tables that hold routes of family f, sorted.
+func (v View) Tables(f Family) []Table {
+	var ts []Table
+	for id, tb := range v.s.tables[fi(f)] {
+		if tb.len() > 0 {
+			ts = append(ts, id)
+		}
+	}
+	slices.Sort(ts)
+	return ts
+}
+
+// Routes yields the routes of family f in table t, in no particular order.
+func (v View) Routes(f Family, t Table) iter.Seq[Route] {
+	return func(yield func(Route) bool) {
+		if tb := v.s.table(f, t, false); tb != nil {
+			tb.all(yield)
+		}
+	}
+}
+
+// Route returns the routes with key k: usually one, more when routes were
+// appended to the same key.
+func (v View) Route(k RouteKey) []Route {
+	if tb := v.s.table(k.Family, k.Table, false); tb != nil {
+		return tb.getAll(k)
+	}
+	return nil
+}
+
+// RouteCount returns the number of routes cached for family f.
+func (v View) RouteCount(f Family) int {
+	n := 0
+	for _, tb := range v.s.tables[fi(f)] {
+		n += tb.len()
+	}
+	return n
+}
+
+// Rules yields the rules of family f in kernel order.
+func (v View) Rules(f Family) iter.Seq[Rule] {
+	return slices.Values(v.s.rules[fi(f)])
+}
+
+// Snapshot copies the view into plain values: links by index, addresses by
+// link and address, routes by family, table and destination, rules in
+// kernel order, IPv4 before IPv6.
+func (v View) Snapshot() Snapshot {
+	var s Snapshot
+	s.Links = slices.Collect(v.Links())
+	s.Addrs = slices.Collect(v.Addrs(0))
+	for _, f := range []Family{IPv4, IPv6} {
+		for _, t := range v.Tables(f) {
+			start := len(s.Routes)
+			for r := range v.Routes(f, t) {
+				s.Routes = append(s.Routes, r)
+			}
+			rs := s.Routes[start:]
+			slices.SortStableFunc(rs, compareRouteKeys)
+		}
+	}
+	for _, f := range []Family{IPv4, IPv6} {
+		s.Rules = append(s.Rules, v.s.rules[fi(f)]...)
+	}
+	return s
+}
+
+func compareRouteKeys(a, b Route) int {
+	return cmp.Or(
+		a.Dst.Addr().Compare(b.Dst.Addr()), cmp.Compare(a.Dst.Bits(), b.Dst.Bits()),
+		a.Src.Addr().Compare(b.Src.Addr()), cmp.Compare(a.Src.Bits(), b.Src.Bits()),
+		cmp.Compare(a.TOS, b.TOS), cmp.Compare(a.Metric, b.Metric))
+}

@@ -1,0 +1,439 @@
+package netwatch
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+)
+
+// Family is an address family: 4 or 6. It is also the value the JSON dump
+// prints.
+type Family uint8
+
+// The families netwatch caches.
+const (
+	IPv4 Family = 4
+	IPv6 Family = 6
+)
+
+func (f Family) String() string {
+	switch f {
+	case IPv4:
+		return "inet"
+	case IPv6:
+		return "inet6"
+	}
+	return "unknown(" + strconv.Itoa(int(f)) + ")"
+}
+
+// FamilyOf returns the family of a: IPv4 for 4-in-6 addresses too.
+func FamilyOf(a netip.Addr) Family {
+	if a.Unmap().Is4() {
+		return IPv4
+	}
+	return IPv6
+}
+
+// Table is a routing table ID. Tables above 255 are common; always the
+// RTA_TABLE attribute, never the header byte.
+type Table uint32
+
+// Reserved tables.
+const (
+	TableUnspec  Table = 0
+	TableCompat  Table = 252
+	TableDefault Table = 253
+	TableMain    Table = 254
+	TableLocal   Table = 255
+)
+
+func (t Table) String() string {
+	switch t {
+	case TableUnspec:
+		return "unspec"
+	case TableDefault:
+		return "default"
+	case TableMain:
+		return "main"
+	case TableLocal:
+		return "local"
+	}
+	return strconv.FormatUint(uint64(t), 10)
+}
+
+// Protocol is rtm_protocol on routes and FRA_PROTOCOL on rules: who installed
+// the object.
+type Protocol uint8
+
+// Well-known protocols (from /etc/iproute2/rt_protos).
+const (
+	ProtoUnspec     Protocol = 0
+	ProtoRedirect   Protocol = 1
+	ProtoKernel     Protocol = 2
+	ProtoBoot       Protocol = 3
+	ProtoStatic     Protocol = 4
+	ProtoRA         Protocol = 9
+	ProtoDHCP       Protocol = 16
+	ProtoKeepalived Protocol = 18
+	ProtoBabel      Protocol = 42
+	ProtoBIRD       Protocol = 12
+	ProtoBGP        Protocol = 186
+	ProtoISIS       Protocol = 187
+	ProtoOSPF       Protocol = 188
+	ProtoRIP        Protocol = 189
+	ProtoEIGRP      Protocol = 192
+)
+
+var protoNames = map[Protocol]string{
+	ProtoUnspec: "unspec", ProtoRedirect: "redirect", ProtoKernel: "kernel",
+	ProtoBoot: "boot", ProtoStatic: "static", ProtoRA: "ra", ProtoDHCP: "dhcp",
+	ProtoKeepalived: "keepalived", ProtoBabel: "babel", ProtoBIRD: "bird",
+	ProtoBGP: "bgp", ProtoISIS: "isis", ProtoOSPF: "ospf", ProtoRIP: "rip",
+	ProtoEIGRP: "eigrp",
+}
+
+// String returns the iproute2 name, or the number for a protocol without one.
+func (p Protocol) String() string {
+	if s, ok := protoNames[p]; ok {
+		return s
+	}
+	return strconv.Itoa(int(p))
+}
+
+// Scope is rtm_scope / ifa_scope.
+type Scope uint8
+
+// Scopes.
+const (
+	ScopeUniverse Scope = 0
+	ScopeSite     Scope = 200
+	ScopeLink     Scope = 253
+	ScopeHost     Scope = 254
+	ScopeNowhere  Scope = 255
+)
+
+func (s Scope) String() string {
+	switch s {
+	case ScopeUniverse:
+		return "global"
+	case ScopeSite:
+		return "site"
+	case ScopeLink:
+		return "link"
+	case ScopeHost:
+		return "host"
+	case ScopeNowhere:
+		return "nowhere"
+	}
+	return "unknown(" + strconv.Itoa(int(s)) + ")"
+}
+
+// RouteType is rtm_type.
+type RouteType uint8
+
+// Route types.
+const (
+	RouteUnspec      RouteType = 0
+	RouteUnicast     RouteType = 1
+	RouteLocal       RouteType = 2
+	RouteBroadcast   RouteType = 3
+	RouteAnycast     RouteType = 4
+	RouteMulticast   RouteType = 5
+	RouteBlackhole   RouteType = 6
+	RouteUnreachable RouteType = 7
+	RouteProhibit    RouteType = 8
+	RouteThrow       RouteType = 9
+	RouteNAT         RouteType = 10
+)
+
+var routeTypeNames = [...]string{"unspec", "unicast", "local", "broadcast", "anycast",
+	"multicast", "blackhole", "unreachable", "prohibit", "throw", "nat"}
+
+func (t RouteType) String() string {
+	if int(t) < len(routeTypeNames) {
+		return routeTypeNames[t]
+	}
+	return "unknown(" + strconv.Itoa(int(t)) + ")"
+}
+
+// RouteFlags are rtm_flags and rtnh_flags (RTNH_F_*) bits.
+type RouteFlags uint32
+
+// Route flags the kernel reports.
+const (
+	RouteDead       RouteFlags = 0x1  // RTNH_F_DEAD
+	RoutePervasive  RouteFlags = 0x2  // RTNH_F_PERVASIVE
+	RouteOnlink     RouteFlags = 0x4  // RTNH_F_ONLINK
+	RouteOffload    RouteFlags = 0x8  // RTNH_F_OFFLOAD
+	RouteLinkdown   RouteFlags = 0x10 // RTNH_F_LINKDOWN
+	RouteUnresolved RouteFlags = 0x20 // RTNH_F_UNRESOLVED
+	RouteTrap       RouteFlags = 0x40 // RTNH_F_TRAP
+)
+
+// Mark is a firewall mark or mask (FRA_FWMARK, FRA_FWMASK).
+type Mark uint32
+
+func (m Mark) String() string { return "0x" + strconv.FormatUint(uint64(m), 16) }
+
+// RuleAction is fib_rule_hdr.action.
+type RuleAction uint8
+
+// Rule actions.
+const (
+	ActionUnspec      RuleAction = 0
+	ActionToTable     RuleAction = 1
+	ActionGoto        RuleAction = 2
+	ActionNop         RuleAction = 3
+	ActionBlackhole   RuleAction = 6
+	ActionUnreachable RuleAction = 7
+	ActionProhibit    RuleAction = 8
+)
+
+func (a RuleAction) String() string {
+	switch a {
+	case ActionUnspec:
+		return "unspec"
+	case ActionToTable:
+		return "lookup"
+	case ActionGoto:
+		return "goto"
+	case ActionNop:
+		return "nop"
+	case ActionBlackhole:
+		return "blackhole"
+	case ActionUnreachable:
+		return "unreachable"
+	case ActionProhibit:
+		return "prohibit"
+	}
+	return "unknown(" + strconv.Itoa(int(a)) + ")"
+}
+
+// OperState is IFLA_OPERSTATE (RFC 2863).
+type OperState uint8
+
+// Operational states.
+const (
+	OperUnknown        OperState = 0
+	OperNotPresent     OperState = 1
+	OperDown           OperState = 2
+	OperLowerLayerDown OperState = 3
+	OperTesting        OperState = 4
+	OperDormant        OperState = 5
+	OperUp             OperState = 6
+)
+
+var operNames = [...]string{"UNKNOWN", "NOTPRESENT", "DOWN", "LOWERLAYERDOWN", "TESTING", "DORMANT", "UP"}
+
+func (o OperState) String() string {
+	if int(o) < len(operNames) {
+		return operNames[o]
+	}
+	return "unknown(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Link is a network interface.
+type Link struct {
+	Index     uint32
+	Name      string
+	MTU       uint32
+	Flags     uint32    // IFF_* bits as the kernel reports them
+	OperState OperState // IFLA_OPERSTATE
+	Kind      string    // IFLA_INFO_KIND: "veth", "tun", "bridge", "wireguard"; empty for physical links
+	Master    uint32    // IFLA_MASTER, 0 if none
+}
+
+// Up reports whether the link is administratively up (IFF_UP).
+func (l Link) Up() bool { return l.Flags&0x1 != 0 }
+
+// LowerUp reports whether the link has carrier (IFF_LOWER_UP).
+func (l Link) LowerUp() bool { return l.Flags&0x10000 != 0 }
+
+// Addr is an interface address. Prefix holds the address itself with the
+// prefix length of its subnet (10.0.0.5/16): it is not masked.
+type Addr struct {
+	Index  uint32
+	Prefix netip.Prefix
+	Peer   netip.Addr // IFA_ADDRESS when it differs from IFA_LOCAL (point-to-point)
+	Scope  Scope
+	Flags  uint32 // IFA_F_* (IFA_FLAGS when present)
+	Label  string
+}
+
+// AddrKey identifies an address.
+type AddrKey struct {
+	Index  uint32
+	Prefix netip.Prefix
+}
+
+// Key returns the address's identity.
+func (a Addr) Key() AddrKey { return AddrKey{a.Index, a.Prefix} }
+
+// NextHop is one path of a multipath route.
+type NextHop struct {
+	Gateway netip.Addr
+	Index   uint32 // output link
+	Weight  uint16 // rtnh_hops + 1
+	Flags   RouteFlags
+}
+
+// Route is a route of any table and either family. Dst is always masked;
+// a default route is 0.0.0.0/0 or ::/0.
+type Route struct {
+	Family   Family
+	Table    Table
+	Dst      netip.Prefix
+	Src      netip.Prefix // source prefix selector (IPv6 "from"); zero if none
+	TOS      uint8
+	Metric   uint32 // RTA_PRIORITY
+	Gateway  netip.Addr
+	Index    uint32 // output link (RTA_OIF)
+	PrefSrc  netip.Addr
+	MTU      uint32 // RTAX_MTU from RTA_METRICS; 0 when unset
+	Protocol Protocol
+	Scope    Scope
+	Type     RouteType
+	Flags    RouteFlags
+	NextHops []NextHop // RTA_MULTIPATH paths; nil for a single-path route
+	NHID     uint32    // RTA_NH_ID: the route uses a nexthop object
+}
+
+// RouteKey identifies a route the way the kernel does: a second route with
+// the same key replaces the first (or is appended to it).
+type RouteKey struct {
+	Family Family
+	Table  Table
+	Dst    netip.Prefix
+	Src    netip.Prefix
+	TOS    uint8
+	Metric uint32
+}
+
+// Key returns the route's identity.
+func (r Route) Key() RouteKey {
+	return RouteKey{r.Family, r.Table, r.Dst, r.Src, r.TOS, r.Metric}
+}
+
+// Equal reports whether r and o are the same route with the same attributes.
+func (r Route) Equal(o Route) bool {
+	return r.Family == o.Family && r.Table == o.Table && r.Dst == o.Dst && r.Src == o.Src &&
+		r.TOS == o.TOS && r.Metric == o.Metric && r.Gateway == o.Gateway && r.Index == o.Index &&
+		r.PrefSrc == o.PrefSrc && r.MTU == o.MTU && r.Protocol == o.Protocol && r.Scope == o.Scope &&
+		r.Type == o.Type && r.Flags == o.Flags && r.NHID == o.NHID && slices.Equal(r.NextHops, o.NextHops)
+}
+
+func (r Route) String() string {
+	s := r.Dst.String()
+	if r.Type != RouteUnicast && r.Type != RouteUnspec {
+		s = r.Type.String() + " " + s
+	}
+	if r.Src.IsValid() {
+		s += " from " + r.Src.String()
+	}
+	if r.Gateway.IsValid() {
+		s += " via " + r.Gateway.String()
+	}
+	if r.Index != 0 {
+		s += " dev#" + strconv.FormatUint(uint64(r.Index), 10)
+	}
+	if r.Table != TableMain {
+		s += " table " + r.Table.String()
+	}
+	if r.Metric != 0 {
+		s += " metric " + strconv.FormatUint(uint64(r.Metric), 10)
+	}
+	if r.PrefSrc.IsValid() {
+		s += " src " + r.PrefSrc.String()
+	}
+	if r.MTU != 0 {
+		s += " mtu " + strconv.FormatUint(uint64(r.MTU), 10)
+	}
+	return s
+}
+
+// PortRange is FRA_SPORT_RANGE / FRA_DPORT_RANGE.
+type PortRange struct{ Start, End uint16 }
+
+// UIDRange is FRA_UID_RANGE.
+type UIDRange struct {
+	Set        bool
+	Start, End uint32
+}
+
+// Optional is a rule attribute whose unset value is the kernel's -1.
+type Optional struct {
+	Set   bool
+	Value int32
+}
+
+// Rule is a policy routing rule. Rules have no key: the kernel allows
+// identical rules, and a delete removes the first rule that matches every
+// attribute it names. Compare rules with Equal.
+type Rule struct {
+	Family            Family
+	Priority          uint32
+	Table             Table
+	Action            RuleAction
+	Invert            bool // FIB_RULE_INVERT: "not"
+	Mark              Mark // FRA_FWMARK
+	Mask              Mark // FRA_FWMASK; 0 when unset
+	Protocol          Protocol
+	Src               netip.Prefix // "from"; zero when any
+	Dst               netip.Prefix // "to"; zero when any
+	TOS               uint8
+	IIF               string
+	OIF               string
+	Goto              uint32
+	Flow              uint32 // FRA_FLOW (realms)
+	L3MDev            uint8
+	IPProto           uint8
+	SPort             PortRange
+	DPort             PortRange
+	UID               *UIDRange // nil when unset
+	SuppressPrefixLen int32     // -1 when unset (the kernel's default)
+	SuppressIfGroup   int32     // -1 when unset
+	// Unknown is set when the kernel sent attributes netwatch does not
+	// decode. Such a rule is never Equal to another: a policy that owns its
+	// priority replaces it.
+	Unknown bool
+}
+
+// Equal reports whether r and o are the same rule.
+func (r Rule) Equal(o Rule) bool {
+	return !r.Unknown && !o.Unknown && r == o
+}
+
+func (r Rule) String() string {
+	s := strconv.FormatUint(uint64(r.Priority), 10) + ":"
+	if r.Invert {
+		s += " not"
+	}
+	if r.Src.IsValid() {
+		s += " from " + r.Src.String()
+	}
+	if r.Dst.IsValid() {
+		s += " to " + r.Dst.String()
+	}
+	if r.Mark != 0 || r.Mask != 0 {
+		s += " fwmark " + r.Mark.String()
+		if r.Mask != 0 && r.Mask != 0xffffffff {
+			s += "/" + r.Mask.String()
+		}
+	}
+	if r.IIF != "" {
+		s += " iif " + r.IIF
+	}
+	if r.OIF != "" {
+		s += " oif " + r.OIF
+	}
+	switch r.Action {
+	case ActionToTable:
+		s += " lookup " + r.Table.String()
+	case ActionGoto:
+		s += fmt.Sprintf(" goto %d", r.Goto)
+	default:
+		s += " " + r.Action.String()
+	}
+	return s
+}
