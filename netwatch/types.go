@@ -390,9 +390,10 @@ type Rule struct {
 	IPProto           uint8
 	SPort             PortRange
 	DPort             PortRange
-	UID               *UIDRange // nil when unset
-	SuppressPrefixLen int32     // -1 when unset (the kernel's default)
-	SuppressIfGroup   int32     // -1 when unset
+	UID               UIDRange // FRA_UID_RANGE; zero when unset
+	TunID             uint64   // FRA_TUN_ID
+	SuppressPrefixLen Optional // FRA_SUPPRESS_PREFIXLEN; unset is the kernel's -1
+	SuppressIfGroup   Optional // FRA_SUPPRESS_IFGROUP; unset is the kernel's -1
 	// Unknown is set when the kernel sent attributes netwatch does not
 	// decode. Such a rule is never Equal to another: a policy that owns its
 	// priority replaces it.

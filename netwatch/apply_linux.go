@@ -1,0 +1,165 @@
+//go:build linux
+
+package netwatch
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Applier makes kernel changes on its own request socket.
+type Applier struct {
+	c Conn
+}
+
+// DialApplier opens a request socket with d.
+func DialApplier(d Dialer) (*Applier, error) {
+	c, err := d.Dial(DialConfig{})
+	if err != nil {
+		return nil, err
+	}
+	return &Applier{c: c}, nil
+}
+
+// Close closes the socket.
+func (a *Applier) Close() error { return a.c.Close() }
+
+// Result is the outcome of one operation.
+type Result struct {
+	Op  Op
+	Err error // nil on success, including "already there" and "already gone"
+}
+
+// ErrSkipped is the error of operations not attempted because an earlier one
+// failed.
+var ErrSkipped = errors.New("netwatch: skipped after an earlier failure")
+
+// Apply executes ops in order with idempotent semantics: adding what
+// exists and deleting what is gone succeed. Later operations depend on
+// earlier ones (a rule on the routes of its table), so Apply stops at the
+// first failure and marks the rest ErrSkipped. It returns one Result per
+// op and the first failure.
+func (a *Applier) Apply(ops []Op) ([]Result, error) {
+	res := make([]Result, len(ops))
+	var first error
+	for i, op := range ops {
+		res[i].Op = op
+		if first != nil {
+			res[i].Err = ErrSkipped
+			continue
+		}
+		if err := a.do(op); err != nil {
+			res[i].Err = err
+			first = err
+		}
+	}
+	return res, first
+}
+
+func (a *Applier) do(op Op) error {
+	var (
+		typ   uint16
+		flags = netlink.Request | netlink.Acknowledge
+		data  []byte
+		err   error
+		ok    []unix.Errno // errnos that mean "already so"
+	)
+	switch op.Kind {
+	case RouteReplace:
+		typ, flags = unix.RTM_NEWROUTE, flags|netlink.Create|netlink.Replace
+		data, err = encodeRoute(op.Route)
+	case RouteDelete:
+		r := op.Route
+		r.Scope = ScopeNowhere // the kernel's wildcard
+		r.MTU = 0
+		typ, ok = unix.RTM_DELROUTE, []unix.Errno{unix.ESRCH}
+		data, err = encodeRoute(r)
+	case RuleAdd:
+		typ, flags, ok = unix.RTM_NEWRULE, flags|netlink.Create|netlink.Excl, []unix.Errno{unix.EEXIST}
+		data, err = encodeRule(op.Rule)
+	case RuleDelete:
+		typ, ok = unix.RTM_DELRULE, []unix.Errno{unix.ENOENT}
+		data, err = encodeRule(op.Rule)
+	default:
+		return fmt.Errorf("netwatch: apply: unknown operation %v", op.Kind)
+	}
+	if err != nil {
+		return fmt.Errorf("netwatch: %v %s: encode: %w", op.Kind, opObject(op), err)
+	}
+	_, err = a.c.Execute(netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(typ), Flags: flags}, Data: data})
+	if err == nil {
+		return nil
+	}
+	for _, e := range ok {
+		if errors.Is(err, e) {
+			return nil
+		}
+	}
+	return fmt.Errorf("netwatch: %v %s: %w", op.Kind, opObject(op), withMessage(err))
+}
+
+func opObject(op Op) string {
+	if op.Kind == RuleAdd || op.Kind == RuleDelete {
+		return "rule " + op.Rule.String()
+	}
+	return op.Route.Family.String() + " route " + op.Route.String()
+}
+
+// kernelError keeps the errno matchable and puts the kernel's
+// extended-ack text in the message.
+type kernelError struct {
+	msg string
+	err error
+}
+
+func (e *kernelError) Error() string { return e.err.Error() + " (kernel: " + e.msg + ")" }
+func (e *kernelError) Unwrap() error { return e.err }
+
+func withMessage(err error) error {
+	var oe *netlink.OpError
+	if errors.As(err, &oe) && oe.Message != "" {
+		return &kernelError{msg: oe.Message, err: err}
+	}
+	return err
+}
+
+// RouteGet asks the kernel which route it would use for dst, for packets
+// carrying mark (0 for none), like `ip route get DST mark MARK`. The
+// returned route's Table and MTU are what the kernel chose.
+func (a *Applier) RouteGet(dst netip.Addr, mark Mark) (Route, error) {
+	f := FamilyOf(dst)
+	dst = dst.Unmap()
+	b := make([]byte, unix.SizeofRtMsg)
+	b[0] = afOf(f)
+	b[1] = uint8(dst.BitLen())
+	ae := netlink.NewAttributeEncoder()
+	ae.Bytes(unix.RTA_DST, dst.AsSlice())
+	if mark != 0 {
+		ae.Uint32(unix.RTA_MARK, uint32(mark))
+	}
+	attrs, err := ae.Encode()
+	if err != nil {
+		return Route{}, err
+	}
+	msgs, err := a.c.Execute(netlink.Message{
+		Header: netlink.Header{Type: unix.RTM_GETROUTE, Flags: netlink.Request},
+		Data:   append(b, attrs...),
+	})
+	if err != nil {
+		return Route{}, fmt.Errorf("netwatch: route get %v mark %v: %w", dst, mark, withMessage(err))
+	}
+	for _, m := range msgs {
+		if m.Header.Type != unix.RTM_NEWROUTE || len(m.Data) < unix.SizeofRtMsg {
+			continue
+		}
+		d := append([]byte(nil), m.Data...)
+		binary.NativeEndian.PutUint32(d[8:12], binary.NativeEndian.Uint32(d[8:12])&^rtmFCloned)
+		return decodeRoute(d, tableFilter{})
+	}
+	return Route{}, fmt.Errorf("netwatch: route get %v: no route in the kernel's answer", dst)
+}

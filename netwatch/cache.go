@@ -1,0 +1,149 @@
+//go:build linux
+
+package netwatch
+
+import "slices"
+
+// apply applies one decoded event to the state and reports what the caller
+// must do next: whether the cache changed, and which families' routes the
+// kernel may have changed without telling (IPv4 routes vanish silently when
+// their link goes down or their address goes away; link state changes flip
+// linkdown flags and IPv6 route MTUs silently).
+func (s *state) apply(ev *Event) (changed bool, redump [2]bool) {
+	switch ev.Kind {
+	case KindLink:
+		old, had := s.links[ev.Link.Index]
+		if ev.Op == EventDel {
+			if !had {
+				return false, redump
+			}
+			delete(s.links, ev.Link.Index)
+			for k := range s.addrs {
+				if k.Index == ev.Link.Index {
+					delete(s.addrs, k)
+				}
+			}
+			return true, [2]bool{true, true}
+		}
+		s.links[ev.Link.Index] = ev.Link
+		if had && (old.Flags != ev.Link.Flags || old.MTU != ev.Link.MTU || old.OperState != ev.Link.OperState) {
+			redump = [2]bool{true, true}
+		}
+		return !had || old != ev.Link, redump
+	case KindAddr:
+		k := ev.Addr.Key()
+		old, had := s.addrs[k]
+		if ev.Op == EventDel {
+			if !had {
+				return false, redump
+			}
+			delete(s.addrs, k)
+			redump[0] = FamilyOf(k.Prefix.Addr()) == IPv4
+			return true, redump
+		}
+		s.addrs[k] = ev.Addr
+		return !had || old != ev.Addr, redump
+	case KindRoute:
+		return s.applyRoute(ev)
+	case KindRule:
+		rs := s.rules[fi(ev.Rule.Family)]
+		if ev.Op == EventDel {
+			i := slices.IndexFunc(rs, func(r Rule) bool { return sameRule(r, ev.Rule) })
+			if i < 0 {
+				return false, redump
+			}
+			s.rules[fi(ev.Rule.Family)] = slices.Delete(rs, i, i+1)
+			return true, redump
+		}
+		// The kernel keeps rules sorted by priority, a new rule after the
+		// others of its priority.
+		i := slices.IndexFunc(rs, func(r Rule) bool { return r.Priority > ev.Rule.Priority })
+		if i < 0 {
+			i = len(rs)
+		}
+		s.rules[fi(ev.Rule.Family)] = slices.Insert(rs, i, ev.Rule)
+		return true, redump
+	}
+	return false, redump
+}
+
+// sameRule matches a deleted rule to a cached one: Equal, except that
+// rules with undecoded attributes match on everything decoded.
+func sameRule(a, b Rule) bool {
+	a.Unknown, b.Unknown = false, false
+	return a == b
+}
+
+// sameRoute matches a deleted route to a cached one by what identifies it
+// beyond the key: its next hops and type. Flags and metrics may have
+// changed silently.
+func sameRoute(a, b Route) bool {
+	return a.Gateway == b.Gateway && a.Index == b.Index && a.Type == b.Type && a.NHID == b.NHID &&
+		len(a.NextHops) == len(b.NextHops)
+}
+
+func (s *state) applyRoute(ev *Event) (changed bool, redump [2]bool) {
+	r := ev.Route
+	f := fi(r.Family)
+	k := r.Key()
+	tb := s.table(r.Family, r.Table, ev.Op == EventNew)
+	if tb == nil {
+		return false, redump
+	}
+	cur := tb.getAll(k)
+	if ev.Op == EventDel {
+		i := slices.IndexFunc(cur, func(c Route) bool { return sameRoute(c, r) })
+		switch {
+		case i >= 0:
+		case len(cur) == 1:
+			// One route with this key and the kernel deleted a route
+			// with this key: it is that one, changed silently.
+			i = 0
+		case len(cur) == 0:
+			return false, redump
+		default:
+			// Several candidates and none matches (an IPv6 path
+			// leaving a multipath route): ask the kernel.
+			redump[f] = true
+			return false, redump
+		}
+		tb.setAll(k, slices.Delete(cur, i, i+1))
+		if tb.len() == 0 {
+			delete(s.tables[f], r.Table)
+		}
+		return true, redump
+	}
+	switch {
+	case len(cur) == 0:
+		tb.setAll(k, []Route{r})
+	case ev.replace:
+		if cur[0].Equal(r) {
+			return false, redump
+		}
+		cur[0] = r
+		tb.setAll(k, cur)
+	case ev.dumped:
+		tb.setAll(k, append(cur, r))
+	case slices.ContainsFunc(cur, r.Equal):
+		return false, redump
+	case r.Family == IPv6:
+		// IPv6 merges a route with an existing key into a multipath
+		// route, and notifies only the new path: the cache cannot
+		// derive the result, so it asks the kernel.
+		redump[f] = true
+		return false, redump
+	case ev.appendRoute:
+		tb.setAll(k, append(cur, r))
+	default:
+		if i := slices.IndexFunc(cur, func(c Route) bool { return sameRoute(c, r) }); i >= 0 {
+			// The same route with new attributes (a flag or metric the
+			// kernel changed and re-announced).
+			cur[i] = r
+			tb.setAll(k, cur)
+			break
+		}
+		// ip route prepend: a new first route.
+		tb.setAll(k, append([]Route{r}, cur...))
+	}
+	return true, redump
+}

@@ -1,0 +1,546 @@
+//go:build linux
+
+package netwatch
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// This file is the edge: rtnetlink bytes become netwatch values here and
+// nowhere else. The decoders are written by hand because routes are decoded
+// a million at a time during a sync of a full table: they allocate nothing
+// for a route (see TestDecodeRouteAllocs) and read only what the cache keeps.
+
+// errSkip marks a message that is valid but not cached: another address
+// family (multicast routing, MPLS), a cloned route, a table outside the
+// filter, a per-protocol link message.
+var errSkip = errors.New("netwatch: message not cached")
+
+// errMalformed wraps every decoding failure.
+var errMalformed = errors.New("netwatch: malformed rtnetlink message")
+
+func malformed(what string, args ...any) error {
+	return fmt.Errorf("%w: "+what, append([]any{errMalformed}, args...)...)
+}
+
+// attrs iterates over netlink attributes without allocating.
+type attrs struct {
+	b   []byte
+	typ uint16
+	val []byte
+	err error
+}
+
+func (a *attrs) next() bool {
+	if len(a.b) == 0 || a.err != nil {
+		return false
+	}
+	if len(a.b) < 4 {
+		a.err = malformed("truncated attribute header")
+		return false
+	}
+	l := int(binary.NativeEndian.Uint16(a.b[0:2]))
+	if l < 4 || l > len(a.b) {
+		a.err = malformed("attribute length %d out of range", l)
+		return false
+	}
+	a.typ = binary.NativeEndian.Uint16(a.b[2:4]) & 0x3fff // strip NLA_F_NESTED, NLA_F_NET_BYTEORDER
+	a.val = a.b[4:l]
+	al := (l + 3) &^ 3
+	if al > len(a.b) {
+		al = len(a.b)
+	}
+	a.b = a.b[al:]
+	return true
+}
+
+func (a *attrs) u32() (uint32, error) {
+	if len(a.val) != 4 {
+		return 0, malformed("attribute %d: want 4 bytes, have %d", a.typ, len(a.val))
+	}
+	return binary.NativeEndian.Uint32(a.val), nil
+}
+
+func (a *attrs) u8() (uint8, error) {
+	if len(a.val) != 1 {
+		return 0, malformed("attribute %d: want 1 byte, have %d", a.typ, len(a.val))
+	}
+	return a.val[0], nil
+}
+
+func (a *attrs) str() string {
+	v := a.val
+	for i, c := range v {
+		if c == 0 {
+			v = v[:i]
+			break
+		}
+	}
+	return string(v)
+}
+
+func addrOf(f Family, b []byte) (netip.Addr, error) {
+	switch {
+	case f == IPv4 && len(b) == 4:
+		return netip.AddrFrom4([4]byte(b)), nil
+	case f == IPv6 && len(b) == 16:
+		return netip.AddrFrom16([16]byte(b)), nil
+	}
+	return netip.Addr{}, malformed("%d-byte address in a %v message", len(b), f)
+}
+
+func familyOf(af uint8) (Family, bool) {
+	switch af {
+	case unix.AF_INET:
+		return IPv4, true
+	case unix.AF_INET6:
+		return IPv6, true
+	}
+	return 0, false
+}
+
+// decode turns one rtnetlink message into an event. It returns errSkip for
+// messages the cache does not keep, and an error wrapping errMalformed for
+// bytes that are not a valid message of their type.
+func decode(m netlink.Message, tables tableFilter) (Event, error) {
+	var ev Event
+	var err error
+	switch m.Header.Type {
+	case unix.RTM_NEWLINK, unix.RTM_DELLINK:
+		ev.Kind = KindLink
+		ev.Link, err = decodeLink(m.Data)
+	case unix.RTM_NEWADDR, unix.RTM_DELADDR:
+		ev.Kind = KindAddr
+		ev.Addr, err = decodeAddr(m.Data)
+	case unix.RTM_NEWROUTE, unix.RTM_DELROUTE:
+		ev.Kind = KindRoute
+		ev.Route, err = decodeRoute(m.Data, tables)
+		ev.replace = m.Header.Flags&netlink.Replace != 0
+		ev.appendRoute = m.Header.Flags&netlink.Append != 0
+	case unix.RTM_NEWRULE, unix.RTM_DELRULE:
+		ev.Kind = KindRule
+		ev.Rule, err = decodeRule(m.Data)
+	default:
+		return ev, errSkip
+	}
+	switch m.Header.Type {
+	case unix.RTM_DELLINK, unix.RTM_DELADDR, unix.RTM_DELROUTE, unix.RTM_DELRULE:
+		ev.Op = EventDel
+	default:
+		ev.Op = EventNew
+	}
+	return ev, err
+}
+
+func decodeLink(b []byte) (Link, error) {
+	if len(b) < unix.SizeofIfInfomsg {
+		return Link{}, malformed("link message of %d bytes", len(b))
+	}
+	if b[0] != unix.AF_UNSPEC {
+		// AF_INET6 and AF_BRIDGE send per-protocol link messages; they
+		// are not the link itself.
+		return Link{}, errSkip
+	}
+	l := Link{
+		Index: binary.NativeEndian.Uint32(b[4:8]),
+		Flags: binary.NativeEndian.Uint32(b[8:12]),
+	}
+	if l.Index == 0 {
+		return Link{}, malformed("link index 0")
+	}
+	a := attrs{b: b[unix.SizeofIfInfomsg:]}
+	var err error
+	for a.next() && err == nil {
+		switch a.typ {
+		case unix.IFLA_IFNAME:
+			l.Name = a.str()
+		case unix.IFLA_MTU:
+			l.MTU, err = a.u32()
+		case unix.IFLA_MASTER:
+			l.Master, err = a.u32()
+		case unix.IFLA_OPERSTATE:
+			var o uint8
+			o, err = a.u8()
+			l.OperState = OperState(o)
+		case unix.IFLA_LINKINFO:
+			in := attrs{b: a.val}
+			for in.next() {
+				if in.typ == unix.IFLA_INFO_KIND {
+					l.Kind = in.str()
+				}
+			}
+			err = in.err
+		}
+	}
+	if err == nil {
+		err = a.err
+	}
+	if err == nil && l.Name == "" {
+		err = malformed("link %d without a name", l.Index)
+	}
+	return l, err
+}
+
+func decodeAddr(b []byte) (Addr, error) {
+	if len(b) < unix.SizeofIfAddrmsg {
+		return Addr{}, malformed("address message of %d bytes", len(b))
+	}
+	f, ok := familyOf(b[0])
+	if !ok {
+		return Addr{}, errSkip
+	}
+	bits := int(b[1])
+	ad := Addr{Flags: uint32(b[2]), Scope: Scope(b[3]), Index: binary.NativeEndian.Uint32(b[4:8])}
+	var local, address netip.Addr
+	a := attrs{b: b[unix.SizeofIfAddrmsg:]}
+	var err error
+	for a.next() && err == nil {
+		switch a.typ {
+		case unix.IFA_ADDRESS:
+			address, err = addrOf(f, a.val)
+		case unix.IFA_LOCAL:
+			local, err = addrOf(f, a.val)
+		case unix.IFA_LABEL:
+			ad.Label = a.str()
+		case unix.IFA_FLAGS:
+			ad.Flags, err = a.u32()
+		}
+	}
+	if err == nil {
+		err = a.err
+	}
+	if err != nil {
+		return Addr{}, err
+	}
+	own := local
+	if !own.IsValid() {
+		own = address
+	} else if address.IsValid() && address != local {
+		ad.Peer = address
+	}
+	if !own.IsValid() {
+		return Addr{}, malformed("address message without an address")
+	}
+	if bits > own.BitLen() {
+		return Addr{}, malformed("prefix length %d for %v", bits, own)
+	}
+	ad.Prefix = netip.PrefixFrom(own, bits)
+	return ad, nil
+}
+
+const (
+	rtmFCloned = 0x200 // RTM_F_CLONED
+	rtaNHID    = 30    // RTA_NH_ID
+	rtnhFlags  = 0xff  // the RTNH_F_* bits of rtm_flags
+)
+
+func decodeRoute(b []byte, tables tableFilter) (Route, error) {
+	if len(b) < unix.SizeofRtMsg {
+		return Route{}, malformed("route message of %d bytes", len(b))
+	}
+	f, ok := familyOf(b[0])
+	if !ok {
+		return Route{}, errSkip
+	}
+	flags := binary.NativeEndian.Uint32(b[8:12])
+	if flags&rtmFCloned != 0 {
+		return Route{}, errSkip
+	}
+	r := Route{
+		Family:   f,
+		Table:    Table(b[4]),
+		TOS:      b[3],
+		Protocol: Protocol(b[5]),
+		Scope:    Scope(b[6]),
+		Type:     RouteType(b[7]),
+		Flags:    RouteFlags(flags & rtnhFlags),
+	}
+	dstBits, srcBits := int(b[1]), int(b[2])
+	var dst, src netip.Addr
+	a := attrs{b: b[unix.SizeofRtMsg:]}
+	var err error
+	for a.next() && err == nil {
+		switch a.typ {
+		case unix.RTA_TABLE:
+			var t uint32
+			t, err = a.u32()
+			r.Table = Table(t)
+		case unix.RTA_DST:
+			dst, err = addrOf(f, a.val)
+		case unix.RTA_SRC:
+			src, err = addrOf(f, a.val)
+		case unix.RTA_OIF:
+			r.Index, err = a.u32()
+		case unix.RTA_GATEWAY:
+			r.Gateway, err = addrOf(f, a.val)
+		case unix.RTA_VIA:
+			r.Gateway, err = decodeVia(a.val)
+		case unix.RTA_PRIORITY:
+			r.Metric, err = a.u32()
+		case unix.RTA_PREFSRC:
+			r.PrefSrc, err = addrOf(f, a.val)
+		case unix.RTA_METRICS:
+			m := attrs{b: a.val}
+			for m.next() {
+				if m.typ == unix.RTAX_MTU {
+					r.MTU, err = m.u32()
+				}
+			}
+			if err == nil {
+				err = m.err
+			}
+		case unix.RTA_MULTIPATH:
+			r.NextHops, err = decodeMultipath(f, a.val)
+		case rtaNHID:
+			r.NHID, err = a.u32()
+		}
+	}
+	if err == nil {
+		err = a.err
+	}
+	if err != nil {
+		return Route{}, err
+	}
+	if !tables.has(r.Table) {
+		return Route{}, errSkip
+	}
+	if !dst.IsValid() {
+		if f == IPv4 {
+			dst = netip.IPv4Unspecified()
+		} else {
+			dst = netip.IPv6Unspecified()
+		}
+	}
+	if dstBits > dst.BitLen() || srcBits > dst.BitLen() {
+		return Route{}, malformed("prefix length %d/%d for a %v route", dstBits, srcBits, f)
+	}
+	r.Dst = netip.PrefixFrom(dst, dstBits).Masked()
+	if srcBits > 0 {
+		if !src.IsValid() {
+			return Route{}, malformed("source prefix length %d without RTA_SRC", srcBits)
+		}
+		r.Src = netip.PrefixFrom(src, srcBits).Masked()
+	}
+	return r, nil
+}
+
+func decodeVia(b []byte) (netip.Addr, error) {
+	if len(b) < 2 {
+		return netip.Addr{}, malformed("RTA_VIA of %d bytes", len(b))
+	}
+	switch binary.NativeEndian.Uint16(b[0:2]) {
+	case unix.AF_INET:
+		return addrOf(IPv4, b[2:])
+	case unix.AF_INET6:
+		return addrOf(IPv6, b[2:])
+	}
+	return netip.Addr{}, malformed("RTA_VIA of family %d", binary.NativeEndian.Uint16(b[0:2]))
+}
+
+func decodeMultipath(f Family, b []byte) ([]NextHop, error) {
+	nhs := []NextHop{}
+	for len(b) > 0 {
+		if len(b) < unix.SizeofRtNexthop {
+			return nil, malformed("truncated rtnexthop")
+		}
+		l := int(binary.NativeEndian.Uint16(b[0:2]))
+		if l < unix.SizeofRtNexthop || l > len(b) {
+			return nil, malformed("rtnexthop length %d out of range", l)
+		}
+		nh := NextHop{
+			Flags:  RouteFlags(b[2]),
+			Weight: uint16(b[3]) + 1,
+			Index:  binary.NativeEndian.Uint32(b[4:8]),
+		}
+		a := attrs{b: b[unix.SizeofRtNexthop:l]}
+		var err error
+		for a.next() && err == nil {
+			switch a.typ {
+			case unix.RTA_GATEWAY:
+				nh.Gateway, err = addrOf(f, a.val)
+			case unix.RTA_VIA:
+				nh.Gateway, err = decodeVia(a.val)
+			}
+		}
+		if err == nil {
+			err = a.err
+		}
+		if err != nil {
+			return nil, err
+		}
+		nhs = append(nhs, nh)
+		al := (l + 3) &^ 3
+		if al > len(b) {
+			al = len(b)
+		}
+		b = b[al:]
+	}
+	return nhs, nil
+}
+
+// FRA_* attributes up to FRA_DPORT_RANGE are decoded; later ones (DSCP,
+// flow label, port masks on newer kernels) flag the rule as Unknown.
+const (
+	fraLastKnown   = 24
+	fibRuleInvert  = 0x2
+	fraTunID       = 12
+	fraSuppressIfg = 13
+	fraSuppressLen = 14
+	fraL3MDev      = 19
+	fraUIDRange    = 20
+	fraProtocol    = 21
+	fraIPProto     = 22
+	fraSPortRange  = 23
+	fraDPortRange  = 24
+	fraPad         = 18
+	fraFlow        = 11
+)
+
+func decodeRule(b []byte) (Rule, error) {
+	if len(b) < 12 {
+		return Rule{}, malformed("rule message of %d bytes", len(b))
+	}
+	f, ok := familyOf(b[0])
+	if !ok {
+		return Rule{}, errSkip
+	}
+	r := Rule{
+		Family: f,
+		TOS:    b[3],
+		Table:  Table(b[4]),
+		Action: RuleAction(b[7]),
+		Invert: binary.NativeEndian.Uint32(b[8:12])&fibRuleInvert != 0,
+	}
+	dstBits, srcBits := int(b[1]), int(b[2])
+	var dst, src netip.Addr
+	a := attrs{b: b[12:]}
+	var err error
+	for a.next() && err == nil {
+		switch a.typ {
+		case unix.FRA_DST:
+			dst, err = addrOf(f, a.val)
+		case unix.FRA_SRC:
+			src, err = addrOf(f, a.val)
+		case unix.FRA_IIFNAME:
+			r.IIF = a.str()
+		case unix.FRA_OIFNAME:
+			r.OIF = a.str()
+		case unix.FRA_GOTO:
+			r.Goto, err = a.u32()
+		case unix.FRA_PRIORITY:
+			r.Priority, err = a.u32()
+		case unix.FRA_FWMARK:
+			var v uint32
+			v, err = a.u32()
+			r.Mark = Mark(v)
+		case unix.FRA_FWMASK:
+			var v uint32
+			v, err = a.u32()
+			r.Mask = Mark(v)
+		case fraFlow:
+			r.Flow, err = a.u32()
+		case fraTunID:
+			if len(a.val) != 8 {
+				err = malformed("FRA_TUN_ID of %d bytes", len(a.val))
+			} else {
+				r.TunID = binary.BigEndian.Uint64(a.val)
+			}
+		case fraSuppressIfg, fraSuppressLen:
+			var v uint32
+			v, err = a.u32()
+			o := Optional{Set: int32(v) != -1, Value: int32(v)}
+			if !o.Set {
+				o.Value = 0
+			}
+			if a.typ == fraSuppressIfg {
+				r.SuppressIfGroup = o
+			} else {
+				r.SuppressPrefixLen = o
+			}
+		case unix.FRA_TABLE:
+			var v uint32
+			v, err = a.u32()
+			r.Table = Table(v)
+		case fraL3MDev:
+			r.L3MDev, err = a.u8()
+		case fraUIDRange:
+			if len(a.val) != 8 {
+				err = malformed("FRA_UID_RANGE of %d bytes", len(a.val))
+			} else {
+				r.UID = UIDRange{Set: true, Start: binary.NativeEndian.Uint32(a.val[0:4]), End: binary.NativeEndian.Uint32(a.val[4:8])}
+			}
+		case fraProtocol:
+			var v uint8
+			v, err = a.u8()
+			r.Protocol = Protocol(v)
+		case fraIPProto:
+			r.IPProto, err = a.u8()
+		case fraSPortRange, fraDPortRange:
+			if len(a.val) != 4 {
+				err = malformed("port range of %d bytes", len(a.val))
+				break
+			}
+			pr := PortRange{binary.NativeEndian.Uint16(a.val[0:2]), binary.NativeEndian.Uint16(a.val[2:4])}
+			if a.typ == fraSPortRange {
+				r.SPort = pr
+			} else {
+				r.DPort = pr
+			}
+		case fraPad:
+		default:
+			if a.typ > fraLastKnown {
+				r.Unknown = true
+			}
+		}
+	}
+	if err == nil {
+		err = a.err
+	}
+	if err != nil {
+		return Rule{}, err
+	}
+	if dstBits > 0 {
+		if !dst.IsValid() || dstBits > dst.BitLen() {
+			return Rule{}, malformed("rule destination length %d", dstBits)
+		}
+		r.Dst = netip.PrefixFrom(dst, dstBits).Masked()
+	}
+	if srcBits > 0 {
+		if !src.IsValid() || srcBits > src.BitLen() {
+			return Rule{}, malformed("rule source length %d", srcBits)
+		}
+		r.Src = netip.PrefixFrom(src, srcBits).Masked()
+	}
+	return r, nil
+}
+
+// tableFilter restricts which routing tables are cached; the zero value
+// caches all.
+type tableFilter struct {
+	set map[Table]struct{}
+}
+
+func newTableFilter(ts []Table) tableFilter {
+	if ts == nil {
+		return tableFilter{}
+	}
+	f := tableFilter{set: make(map[Table]struct{}, len(ts))}
+	for _, t := range ts {
+		f.set[t] = struct{}{}
+	}
+	return f
+}
+
+func (f tableFilter) has(t Table) bool {
+	if f.set == nil {
+		return true
+	}
+	_, ok := f.set[t]
+	return ok
+}

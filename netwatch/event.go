@@ -1,0 +1,57 @@
+package netwatch
+
+import "strconv"
+
+// Kind is the kind of object an event is about.
+type Kind uint8
+
+// Kinds of objects.
+const (
+	KindLink Kind = iota + 1
+	KindAddr
+	KindRoute
+	KindRule
+)
+
+var kindNames = [...]string{"", "link", "addr", "route", "rule"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && k != 0 {
+		return kindNames[k]
+	}
+	return "unknown(" + strconv.Itoa(int(k)) + ")"
+}
+
+// EventOp says whether an object appeared (or changed) or went away.
+type EventOp uint8
+
+// Event operations.
+const (
+	EventNew EventOp = iota + 1
+	EventDel
+)
+
+func (o EventOp) String() string {
+	switch o {
+	case EventNew:
+		return "new"
+	case EventDel:
+		return "del"
+	}
+	return "unknown(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Event is one change to the cache: one of Link, Addr, Route or Rule is
+// set, as Kind says.
+type Event struct {
+	Op    EventOp
+	Kind  Kind
+	Link  Link
+	Addr  Addr
+	Route Route
+	Rule  Rule
+	// replace is set on a route event the kernel sent with NLM_F_REPLACE,
+	// appendRoute with NLM_F_APPEND; dumped on a route from a dump, which
+	// lists routes sharing a key in kernel order.
+	replace, appendRoute, dumped bool
+}

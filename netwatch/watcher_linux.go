@@ -1,0 +1,564 @@
+//go:build linux
+
+package netwatch
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultReadBuffer is the multicast socket's receive buffer unless
+// Options.ReadBuffer says otherwise: enough for bursts of tens of thousands
+// of route changes.
+const DefaultReadBuffer = 8 << 20
+
+// The rtnetlink multicast groups a watcher joins.
+var groups = []uint32{
+	unix.RTNLGRP_LINK,
+	unix.RTNLGRP_IPV4_IFADDR, unix.RTNLGRP_IPV6_IFADDR,
+	unix.RTNLGRP_IPV4_ROUTE, unix.RTNLGRP_IPV6_ROUTE,
+	unix.RTNLGRP_IPV4_RULE, 19, // RTNLGRP_IPV6_RULE has no constant
+}
+
+// maxDumpAttempts bounds the retries of a dump the kernel marked
+// interrupted before the watcher gives up on the session and reconnects.
+const maxDumpAttempts = 10
+
+// Options configure a Watcher. The zero value watches the calling thread's
+// network namespace with the default buffer and caches every table.
+type Options struct {
+	// Dialer opens the sockets; default KernelDialer{}.
+	Dialer Dialer
+	// ReadBuffer is the multicast socket's receive buffer in bytes;
+	// default DefaultReadBuffer.
+	ReadBuffer int
+	// RouteTables, when not nil, restricts the route cache to these
+	// tables: dumps ask the kernel for them alone and events for other
+	// tables are dropped undecoded. Links, addresses and rules are always
+	// cached whole.
+	RouteTables []Table
+	// Logger receives the watcher's few log lines (resyncs, reconnects);
+	// default discard.
+	Logger *slog.Logger
+	// Backoff paces reconnection after a socket failure; default
+	// exponential from 100 ms to 30 s, never giving up.
+	Backoff func() backoff.BackOff
+}
+
+// ResyncCause says why the whole cache was dumped again.
+type ResyncCause uint8
+
+// Causes of a resync.
+const (
+	ResyncInitial     ResyncCause = iota // first sync of a session
+	ResyncOverflow                       // ENOBUFS: events were lost
+	ResyncInterrupted                    // a dump came back with NLM_F_DUMP_INTR
+	ResyncReconnect                      // the sockets failed and were reopened
+	ResyncRequested                      // Watcher.Resync was called
+	ResyncRoutes                         // routes re-dumped after a silent kernel change
+	numResyncCauses
+)
+
+var resyncNames = [...]string{"initial", "overflow", "interrupted", "reconnect", "requested", "routes"}
+
+func (c ResyncCause) String() string {
+	if c < numResyncCauses {
+		return resyncNames[c]
+	}
+	return fmt.Sprintf("unknown(%d)", uint8(c))
+}
+
+// Stats are counters for metrics.
+type Stats struct {
+	Synced           bool
+	Events           map[Kind]uint64        // events applied, by kind
+	Resyncs          map[ResyncCause]uint64 // dumps, by cause
+	Reconnects       uint64
+	Malformed        uint64 // messages that failed to decode (each forces a resync)
+	LastSyncDuration time.Duration
+	Generation       uint64
+}
+
+// Watcher keeps a cache of a network namespace's links, addresses, routes
+// and rules, fed by rtnetlink multicast. Create it with New, start it with
+// Run, and read it with Read, Notify and Subscribe.
+type Watcher struct {
+	opts   Options
+	tables tableFilter
+	log    *slog.Logger
+
+	mu sync.RWMutex // guards st, subs
+	st *state
+	// subs receive every change; see Subscribe.
+	subs map[*Subscription]struct{}
+
+	notify chan uint64
+
+	resyncReq atomic.Bool
+	kickMu    sync.Mutex
+	kick      Conn // the multicast conn to interrupt, while a session runs
+
+	statMu sync.Mutex
+	stats  Stats
+
+	running atomic.Bool
+}
+
+// New returns a Watcher that does nothing until Run.
+func New(opts Options) *Watcher {
+	if opts.Dialer == nil {
+		opts.Dialer = KernelDialer{}
+	}
+	if opts.ReadBuffer == 0 {
+		opts.ReadBuffer = DefaultReadBuffer
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Backoff == nil {
+		opts.Backoff = func() backoff.BackOff {
+			return backoff.NewExponentialBackOff(
+				backoff.WithInitialInterval(100*time.Millisecond),
+				backoff.WithMaxInterval(30*time.Second),
+				backoff.WithMaxElapsedTime(0))
+		}
+	}
+	return &Watcher{
+		opts:   opts,
+		tables: newTableFilter(opts.RouteTables),
+		log:    opts.Logger,
+		st:     newState(),
+		subs:   make(map[*Subscription]struct{}),
+		notify: make(chan uint64, 1),
+		stats:  Stats{Events: make(map[Kind]uint64), Resyncs: make(map[ResyncCause]uint64)},
+	}
+}
+
+// Read calls fn with a consistent view of the cache. Events wait while fn
+// runs, so fn should compute and return, leaving kernel I/O to the caller.
+func (w *Watcher) Read(fn func(View)) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	fn(View{w.st})
+}
+
+// Synced reports whether the cache currently mirrors the kernel.
+func (w *Watcher) Synced() bool {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.st.synced
+}
+
+// Notify returns a channel that carries the cache's generation after it
+// changes, coalesced: a slow reader sees only the latest. It has one
+// reader; others use Subscribe.
+func (w *Watcher) Notify() <-chan uint64 { return w.notify }
+
+// Resync asks a running watcher to dump everything again, as a periodic
+// safety net. It does not wait.
+func (w *Watcher) Resync() {
+	w.resyncReq.Store(true)
+	w.interrupt()
+}
+
+// Stats returns a copy of the counters.
+func (w *Watcher) Stats() Stats {
+	w.statMu.Lock()
+	defer w.statMu.Unlock()
+	s := w.stats
+	s.Events = make(map[Kind]uint64, len(w.stats.Events))
+	for k, v := range w.stats.Events {
+		s.Events[k] = v
+	}
+	s.Resyncs = make(map[ResyncCause]uint64, len(w.stats.Resyncs))
+	for k, v := range w.stats.Resyncs {
+		s.Resyncs[k] = v
+	}
+	w.mu.RLock()
+	s.Synced, s.Generation = w.st.synced, w.st.gen
+	w.mu.RUnlock()
+	return s
+}
+
+func (w *Watcher) interrupt() {
+	w.kickMu.Lock()
+	defer w.kickMu.Unlock()
+	if w.kick != nil {
+		w.kick.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// ErrRunning is returned by a second concurrent Run.
+var ErrRunning = errors.New("netwatch: watcher already running")
+
+// Run keeps the cache until ctx ends, then returns nil. Socket failures
+// are retried with backoff: meanwhile the cache keeps its last content but
+// is not synced. Run returns an error only for a second concurrent call.
+func (w *Watcher) Run(ctx context.Context) error {
+	if !w.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer w.running.Store(false)
+
+	stop := context.AfterFunc(ctx, w.interrupt)
+	defer stop()
+
+	bo := w.opts.Backoff()
+	cause := ResyncInitial
+	for {
+		err := w.session(ctx, cause, bo)
+		if ctx.Err() != nil {
+			return nil
+		}
+		w.setUnsynced()
+		w.statMu.Lock()
+		w.stats.Reconnects++
+		w.statMu.Unlock()
+		d := bo.NextBackOff()
+		w.log.Warn("netwatch: rtnetlink session failed; reconnecting", "err", err, "in", d)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		cause = ResyncReconnect
+	}
+}
+
+func (w *Watcher) setUnsynced() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.st.synced {
+		w.st.synced = false
+		w.st.gen++
+		w.signal(w.st.gen)
+	}
+}
+
+// session runs one pair of sockets until it fails or ctx ends.
+func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.BackOff) error {
+	mc, err := w.opts.Dialer.Dial(DialConfig{Groups: groups, ReadBuffer: w.opts.ReadBuffer})
+	if err != nil {
+		return err
+	}
+	defer mc.Close()
+	rc, err := w.opts.Dialer.Dial(DialConfig{})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+
+	w.kickMu.Lock()
+	w.kick = mc
+	w.kickMu.Unlock()
+	defer func() {
+		w.kickMu.Lock()
+		w.kick = nil
+		w.kickMu.Unlock()
+	}()
+	stopRC := context.AfterFunc(ctx, func() { rc.SetReadDeadline(time.Unix(1, 0)) })
+	defer stopRC()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+
+	// The multicast socket joined its groups when it was dialed: events
+	// from now on queue in it while the dump runs, and are applied after.
+	if err := w.fullSync(rc, cause); err != nil {
+		return err
+	}
+	bo.Reset()
+
+	var batch []Event
+	for {
+		var redump [2]bool
+		var recvErr error
+		batch = batch[:0]
+		for m, err := range mc.ReceiveIter() {
+			if err != nil {
+				recvErr = err
+				break
+			}
+			ev, err := decode(m, w.tables)
+			if errors.Is(err, errSkip) {
+				continue
+			}
+			if err != nil {
+				// A message we cannot read may have changed
+				// anything: count it and read everything again.
+				w.log.Warn("netwatch: undecodable event; resyncing", "type", m.Header.Type, "err", err)
+				w.statMu.Lock()
+				w.stats.Malformed++
+				w.statMu.Unlock()
+				w.resyncReq.Store(true)
+				continue
+			}
+			batch = append(batch, ev)
+		}
+		if len(batch) > 0 {
+			redump = w.applyBatch(batch)
+		}
+		switch {
+		case recvErr == nil:
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(recvErr, os.ErrDeadlineExceeded):
+			// Interrupted to resync; clear the deadline and go on.
+			if err := mc.SetReadDeadline(time.Time{}); err != nil {
+				return err
+			}
+		case errors.Is(recvErr, unix.ENOBUFS):
+			w.log.Warn("netwatch: rtnetlink receive buffer overflowed; resyncing", "buffer", w.opts.ReadBuffer)
+			if err := w.fullSync(rc, ResyncOverflow); err != nil {
+				return err
+			}
+			continue
+		default:
+			return fmt.Errorf("netwatch: receive events: %w", recvErr)
+		}
+		if w.resyncReq.Swap(false) {
+			if err := w.fullSync(rc, ResyncRequested); err != nil {
+				return err
+			}
+			continue
+		}
+		if redump[0] || redump[1] {
+			if err := w.redumpRoutes(rc, redump); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// applyBatch applies events to the cache under one lock and tells
+// subscribers.
+func (w *Watcher) applyBatch(batch []Event) (redump [2]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	var byKind [5]uint64
+	for i := range batch {
+		ev := &batch[i]
+		changed, rd := w.st.apply(ev)
+		redump[0] = redump[0] || rd[0]
+		redump[1] = redump[1] || rd[1]
+		if !changed {
+			continue
+		}
+		n++
+		byKind[ev.Kind]++
+		w.publish(*ev)
+	}
+	if n > 0 {
+		w.st.gen += uint64(n)
+		w.signal(w.st.gen)
+	}
+	w.statMu.Lock()
+	for k, c := range byKind {
+		if c > 0 {
+			w.stats.Events[Kind(k)] += c
+		}
+	}
+	w.statMu.Unlock()
+	return redump
+}
+
+func (w *Watcher) signal(gen uint64) {
+	select {
+	case <-w.notify:
+	default:
+	}
+	w.notify <- gen
+}
+
+// fullSync dumps everything into a new state and swaps it in.
+func (w *Watcher) fullSync(rc Conn, cause ResyncCause) error {
+	start := time.Now()
+	next := newState()
+	steps := []func(*state) error{
+		func(s *state) error { return w.dump(rc, unix.RTM_GETLINK, unix.AF_UNSPEC, 0, s) },
+		func(s *state) error { return w.dump(rc, unix.RTM_GETADDR, unix.AF_INET, 0, s) },
+		func(s *state) error { return w.dump(rc, unix.RTM_GETADDR, unix.AF_INET6, 0, s) },
+		func(s *state) error { return w.dumpRoutes(rc, IPv4, s) },
+		func(s *state) error { return w.dumpRoutes(rc, IPv6, s) },
+		func(s *state) error { return w.dump(rc, unix.RTM_GETRULE, unix.AF_INET, 0, s) },
+		func(s *state) error { return w.dump(rc, unix.RTM_GETRULE, unix.AF_INET6, 0, s) },
+	}
+	for _, step := range steps {
+		if err := step(next); err != nil {
+			return err
+		}
+	}
+	w.mu.Lock()
+	old := w.st
+	next.synced = true
+	next.gen = old.gen + 1
+	if len(w.subs) > 0 {
+		diffStates(old, next, w.publish)
+	}
+	w.st = next
+	w.signal(next.gen)
+	w.mu.Unlock()
+
+	w.statMu.Lock()
+	w.stats.Resyncs[cause]++
+	w.stats.LastSyncDuration = time.Since(start)
+	w.statMu.Unlock()
+	if cause != ResyncInitial {
+		w.log.Info("netwatch: resynced", "cause", cause.String(), "took", time.Since(start))
+	}
+	return nil
+}
+
+// redumpRoutes re-reads the routes of the marked families after a change
+// the kernel makes without events.
+func (w *Watcher) redumpRoutes(rc Conn, fams [2]bool) error {
+	for i, f := range []Family{IPv4, IPv6} {
+		if !fams[i] {
+			continue
+		}
+		next := newState()
+		if err := w.dumpRoutes(rc, f, next); err != nil {
+			return err
+		}
+		w.mu.Lock()
+		if len(w.subs) > 0 {
+			diffTables(w.st.tables[i], next.tables[i], w.publish)
+		}
+		w.st.tables[i] = next.tables[i]
+		w.st.gen++
+		w.signal(w.st.gen)
+		w.mu.Unlock()
+		w.statMu.Lock()
+		w.stats.Resyncs[ResyncRoutes]++
+		w.statMu.Unlock()
+	}
+	return nil
+}
+
+func (w *Watcher) dumpRoutes(rc Conn, f Family, s *state) error {
+	af := uint8(unix.AF_INET)
+	if f == IPv6 {
+		af = unix.AF_INET6
+	}
+	if w.opts.RouteTables == nil {
+		return w.dump(rc, unix.RTM_GETROUTE, af, 0, s)
+	}
+	for _, t := range w.opts.RouteTables {
+		if err := w.dump(rc, unix.RTM_GETROUTE, af, t, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dump runs one dump into s, again while the kernel marks it interrupted.
+func (w *Watcher) dump(rc Conn, typ uint16, af uint8, t Table, s *state) error {
+	for attempt := 1; ; attempt++ {
+		intr, err := w.dumpOnce(rc, typ, af, t, s)
+		if err != nil || !intr {
+			return err
+		}
+		w.statMu.Lock()
+		w.stats.Resyncs[ResyncInterrupted]++
+		w.statMu.Unlock()
+		if attempt == maxDumpAttempts {
+			return fmt.Errorf("netwatch: dump of type %d family %d interrupted %d times", typ, af, attempt)
+		}
+		clearDump(typ, af, t, s)
+	}
+}
+
+// clearDump forgets what an interrupted dump put into s.
+func clearDump(typ uint16, af uint8, t Table, s *state) {
+	f, _ := familyOf(af)
+	switch typ {
+	case unix.RTM_GETLINK:
+		clear(s.links)
+	case unix.RTM_GETADDR:
+		for k := range s.addrs {
+			if FamilyOf(k.Prefix.Addr()) == f {
+				delete(s.addrs, k)
+			}
+		}
+	case unix.RTM_GETROUTE:
+		if t == 0 {
+			clear(s.tables[fi(f)])
+		} else {
+			delete(s.tables[fi(f)], t)
+		}
+	case unix.RTM_GETRULE:
+		s.rules[fi(f)] = nil
+	}
+}
+
+func (w *Watcher) dumpOnce(rc Conn, typ uint16, af uint8, t Table, s *state) (intr bool, err error) {
+	req := netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(typ), Flags: netlink.Request | netlink.Dump},
+		Data:   dumpRequest(typ, af, t),
+	}
+	if _, err := rc.Send(req); err != nil {
+		return false, fmt.Errorf("netwatch: request dump: %w", err)
+	}
+	for m, err := range rc.ReceiveIter() {
+		if err != nil {
+			if t != 0 && errors.Is(err, unix.ENOENT) {
+				return false, nil // the table does not exist yet
+			}
+			return false, fmt.Errorf("netwatch: dump type %d family %d: %w", typ, af, err)
+		}
+		if m.Header.Flags&netlink.DumpInterrupted != 0 {
+			intr = true
+		}
+		ev, err := decode(m, w.tables)
+		if errors.Is(err, errSkip) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("netwatch: dump: %w", err)
+		}
+		ev.dumped = true
+		s.apply(&ev)
+	}
+	return intr, nil
+}
+
+// dumpRequest builds the header of a strict dump request.
+func dumpRequest(typ uint16, af uint8, t Table) []byte {
+	switch typ {
+	case unix.RTM_GETLINK:
+		b := make([]byte, unix.SizeofIfInfomsg)
+		b[0] = af
+		return b
+	case unix.RTM_GETADDR:
+		b := make([]byte, unix.SizeofIfAddrmsg)
+		b[0] = af
+		return b
+	case unix.RTM_GETROUTE:
+		b := make([]byte, unix.SizeofRtMsg, unix.SizeofRtMsg+8)
+		b[0] = af
+		if t != 0 {
+			b = binary.NativeEndian.AppendUint16(b, 8)
+			b = binary.NativeEndian.AppendUint16(b, unix.RTA_TABLE)
+			b = binary.NativeEndian.AppendUint32(b, uint32(t))
+		}
+		return b
+	default: // RTM_GETRULE
+		b := make([]byte, 12)
+		b[0] = af
+		return b
+	}
+}
