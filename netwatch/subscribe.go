@@ -4,6 +4,7 @@ package netwatch
 
 import (
 	"errors"
+	"slices"
 	"sync"
 )
 
@@ -138,7 +139,9 @@ func diffTables(old, next map[Table]*table, emit func(Event)) {
 	for id, ot := range old {
 		nt := next[id]
 		ot.all(func(r Route) bool {
-			if nt == nil || !containsRoute(nt.getAll(r.Key()), r) {
+			// A route still there with other attributes is reported once,
+			// as new.
+			if nt == nil || !slices.ContainsFunc(nt.getAll(r.Key()), func(n Route) bool { return sameRoute(n, r) }) {
 				emit(Event{Op: EventDel, Kind: KindRoute, Route: r})
 			}
 			return true

@@ -426,6 +426,7 @@ func (w *Watcher) fullSync(rc Conn, cause ResyncCause) error {
 // redumpRoutes re-reads the routes of the marked families after a change
 // the kernel makes without events.
 func (w *Watcher) redumpRoutes(rc Conn, fams [2]bool) error {
+	rtnlBarrier(rc)
 	for i, f := range []Family{IPv4, IPv6} {
 		if !fams[i] {
 			continue
@@ -561,4 +562,18 @@ func dumpRequest(typ uint16, af uint8, t Table) []byte {
 		b[0] = af
 		return b
 	}
+}
+
+// rtnlBarrier returns once the kernel has finished the change whose event
+// triggered a re-dump. Route dumps do not take the RTNL lock, so a dump
+// started on the event of a link going down could run before the kernel
+// flushes that link's IPv4 routes, which it does after sending the event
+// but under the same lock. Deleting an address of a link that does not
+// exist takes the lock, so it returns after that change finished, and it
+// changes nothing (ENODEV).
+func rtnlBarrier(rc Conn) {
+	b := make([]byte, unix.SizeofIfAddrmsg)
+	b[0] = unix.AF_INET
+	binary.NativeEndian.PutUint32(b[4:8], 0x7fffffff)
+	rc.Execute(netlink.Message{Header: netlink.Header{Type: unix.RTM_DELADDR, Flags: netlink.Request | netlink.Acknowledge}, Data: b})
 }
