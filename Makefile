@@ -1,0 +1,55 @@
+# marksplit — see README.md. Every target runs from the repository root.
+
+GO          ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -s -w -X main.version=$(VERSION)
+FUZZTIME    ?= 10s
+
+.PHONY: all build test test-k8s bench fuzz lint demo image release clean
+
+all: build
+
+build:
+	$(GO) build -o bin/marksplit ./agent
+	$(GO) build -o bin/watch ./examples/watch
+
+# The tests: unit, fake-kernel and real-kernel (in throwaway network
+# namespaces; needs root — MARKSPLIT_KERNEL_TESTS=1 turns skips into failures).
+test:
+	$(GO) test -race -count=1 ./...
+	cd deploy && $(GO) test -count=1 ./...
+	$(MAKE) test-k8s
+
+test-k8s:
+	@if [ -d test/k8s ]; then cd test/k8s && $(GO) test -count=1 -timeout 20m ./...; fi
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$f"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+	cd deploy && $(GO) vet ./...
+
+demo:
+	scripts/demo.sh
+
+image:
+	docker build -f deploy/Dockerfile --build-arg VERSION=$(VERSION) -t marksplit:$(VERSION) .
+
+release:
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/marksplit-linux-amd64 ./agent
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/marksplit-linux-arm64 ./agent
+
+clean:
+	rm -rf bin
