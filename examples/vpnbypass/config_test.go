@@ -1,0 +1,109 @@
+package main
+
+import (
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/marksplit/marksplit/netwatch"
+)
+
+func TestParseArgs(t *testing.T) {
+	tests := []struct {
+		args    string
+		want    options
+		wantErr string
+	}{{
+		args: "--prefix 10.8.0.0/16",
+		want: options{resync: 5 * time.Minute, cfg: Config{
+			Link: "tailscale0", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.8.0.0/16")},
+			Mark: 0x80000, Mask: 0xff0000, Table: 910, Priority: 910, Protocol: 241}},
+	}, {
+		args: "--prefix 10.8.0.0/16 --prefix fd00::/8 --prefix 10.8.0.0/16 --link wg0 --mark 51820 " +
+			"--table 0x100 --priority 5000 --protocol 99 --netns /run/netns/x --resync 0",
+		want: options{netns: "/run/netns/x", cfg: Config{
+			Link: "wg0", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.8.0.0/16"), netip.MustParsePrefix("fd00::/8")},
+			Mark: 51820, Mask: 0xffffffff, Table: 256, Priority: 5000, Protocol: 99}},
+	},
+		{args: "", wantErr: "--prefix is required"},
+		{args: "--prefix 10.8.0.1/16", wantErr: `--prefix "10.8.0.1/16": host bits set (did you mean 10.8.0.0/16?)`},
+		{args: "--prefix 10.8.0.0", wantErr: `--prefix "10.8.0.0": not a CIDR prefix`},
+		{args: "--prefix fe80::%eth0/64", wantErr: `--prefix "fe80::%eth0/64": not a CIDR prefix`},
+		{args: "--prefix 10.8.0.0/16 --link ''", wantErr: `--link "": empty link name`},
+		{args: "--prefix 10.8.0.0/16 --link averyveryverylongname", wantErr: "longer than 15 bytes"},
+		{args: "--prefix 10.8.0.0/16 --link a/b", wantErr: "not a valid link name"},
+		{args: "--prefix 10.8.0.0/16 --mark 0", wantErr: `--mark "0": the mark must not be zero`},
+		{args: "--prefix 10.8.0.0/16 --mark 0x80000/0xf000", wantErr: "mark 0x80000 has bits outside mask 0xf000"},
+		{args: "--prefix 10.8.0.0/16 --mark 0x80000/", wantErr: "not MARK or MARK/MASK"},
+		{args: "--prefix 10.8.0.0/16 --mark tailscale", wantErr: "not MARK or MARK/MASK"},
+		{args: "--prefix 10.8.0.0/16 --table 254", wantErr: `--table "254": reserved table (main)`},
+		{args: "--prefix 10.8.0.0/16 --table 0", wantErr: `--table "0": reserved table (unspec)`},
+		{args: "--prefix 10.8.0.0/16 --table 4294967296", wantErr: "not a table number"},
+		{args: "--prefix 10.8.0.0/16 --priority 32767", wantErr: `--priority "32767": reserved`},
+		{args: "--prefix 10.8.0.0/16 --priority -1", wantErr: "not a rule priority"},
+		{args: "--prefix 10.8.0.0/16 --protocol 0", wantErr: `--protocol "0": not a protocol number (1 to 255)`},
+		{args: "--prefix 10.8.0.0/16 --protocol 256", wantErr: "not a protocol number"},
+		{args: "--prefix 10.8.0.0/16 --resync -1s", wantErr: "--resync -1s: must not be negative"},
+		{args: "--prefix 10.8.0.0/16 extra", wantErr: `unexpected argument "extra"`},
+		{args: "--bogus", wantErr: "flag provided but not defined: -bogus"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.args, func(t *testing.T) {
+			got, err := parseArgs(splitArgs(tt.args), io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("parseArgs: got error %v, want one containing %q", err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), "\n") {
+					t.Errorf("error %q is more than one line", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseArgs: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(options{}), cmpopts.EquateComparable(netip.Prefix{})); diff != "" {
+				t.Errorf("parseArgs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// splitArgs splits on spaces; '' is an empty argument.
+func splitArgs(s string) []string {
+	var args []string
+	for _, a := range strings.Fields(s) {
+		if a == "''" {
+			a = ""
+		}
+		args = append(args, a)
+	}
+	return args
+}
+
+func TestDescribe(t *testing.T) {
+	names := map[uint32]string{7: "tailscale0"}
+	r := route4("10.8.0.0/16", 7, "100.64.0.1")
+	was := route4("10.8.0.0/16", 7, "100.64.0.7")
+	gone := route6("fd00:8::/64", 5, "")
+	tests := []struct {
+		op   netwatch.Op
+		want string
+	}{
+		{netwatch.Op{Kind: netwatch.RouteReplace, Route: r}, "table 910: 10.8.0.0/16 dev tailscale0 src 100.64.0.1"},
+		{netwatch.Op{Kind: netwatch.RouteReplace, Route: r, Was: was, HasWas: true},
+			"table 910: 10.8.0.0/16 dev tailscale0 src 100.64.0.1 (was 10.8.0.0/16 dev tailscale0 src 100.64.0.7)"},
+		{netwatch.Op{Kind: netwatch.RouteDelete, Route: gone}, "table 910: removed fd00:8::/64 dev #5"},
+		{netwatch.Op{Kind: netwatch.RuleAdd, Rule: rule(netwatch.IPv4)}, "rule 910: not fwmark 0x80000/0xff0000 lookup 910"},
+		{netwatch.Op{Kind: netwatch.RuleDelete, Rule: rule(netwatch.IPv6)}, "rule 910 (inet6): removed not fwmark 0x80000/0xff0000 lookup 910"},
+	}
+	for _, tt := range tests {
+		if got := describe(tt.op, names); got != tt.want {
+			t.Errorf("describe(%v):\n got %q\nwant %q", tt.op.Kind, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"net/netip"
+
+	"github.com/marksplit/marksplit/netwatch"
+)
+
+// Config is the policy: which prefixes go through which VPN link, and the
+// table, rule priority, mark and protocol it uses.
+type Config struct {
+	// Link is the VPN link's name (tailscale0, wg0, tun0).
+	Link string
+	// Prefixes are sent through Link; masked, without duplicates.
+	Prefixes []netip.Prefix
+	// Mark and Mask select the VPN's own packets, which bypass the table.
+	Mark, Mask netwatch.Mark
+	// Table and Priority are owned: every route in Table and every rule
+	// at Priority, in both families, belong to the policy.
+	Table    netwatch.Table
+	Priority uint32
+	// Protocol is stamped on every route and rule the policy installs.
+	Protocol netwatch.Protocol
+}
+
+// IPv6 routes get this metric when none is given; the kernel reports it,
+// so the desired route says it too.
+const ipv6DefaultMetric = 1024
+
+// IFA_F_* bits of an address that must not be a route's source.
+const (
+	ifaDADFailed  = 0x08
+	ifaDeprecated = 0x20
+	ifaTentative  = 0x40
+	ifaSecondary  = 0x01
+)
+
+// Desired returns what the policy wants for the view: while the VPN link
+// exists and is up, one route per prefix in the table, out of the link,
+// with the link's address of the prefix's family as source when it has
+// one; and, per family that has a prefix, the rule that sends every
+// packet without the VPN's mark to the table. While the link is absent or
+// down, nothing: Plan removes whatever the policy owns.
+func (c Config) Desired(v netwatch.View) netwatch.Desired {
+	d := netwatch.Desired{Own: netwatch.Owned{
+		Tables: []netwatch.OwnedTable{
+			{Family: netwatch.IPv4, Table: c.Table},
+			{Family: netwatch.IPv6, Table: c.Table},
+		},
+		Priorities: []netwatch.OwnedPriority{
+			{Family: netwatch.IPv4, Priority: c.Priority},
+			{Family: netwatch.IPv6, Priority: c.Priority},
+		},
+	}}
+	link, ok := v.LinkByName(c.Link)
+	if !ok || !link.Up() {
+		return d
+	}
+	hasPrefix := map[netwatch.Family]bool{}
+	for _, p := range c.Prefixes {
+		f := netwatch.FamilyOf(p.Addr())
+		r := netwatch.Route{
+			Family:   f,
+			Table:    c.Table,
+			Dst:      p,
+			Index:    link.Index,
+			PrefSrc:  source(v, link.Index, f),
+			Protocol: c.Protocol,
+			Scope:    netwatch.ScopeLink,
+			Type:     netwatch.RouteUnicast,
+		}
+		if f == netwatch.IPv6 {
+			// IPv6 routes have no scope; the kernel reports universe.
+			r.Scope, r.Metric = netwatch.ScopeUniverse, ipv6DefaultMetric
+		}
+		d.Routes = append(d.Routes, r)
+		hasPrefix[f] = true
+	}
+	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
+		if !hasPrefix[f] {
+			continue
+		}
+		d.Rules = append(d.Rules, netwatch.Rule{
+			Family:   f,
+			Priority: c.Priority,
+			Table:    c.Table,
+			Action:   netwatch.ActionToTable,
+			Invert:   true,
+			Mark:     c.Mark,
+			Mask:     c.Mask,
+			Protocol: c.Protocol,
+		})
+	}
+	return d
+}
+
+// source picks the link's address of family f to use as the routes'
+// source: global scope, usable (not tentative, failed or deprecated), a
+// primary address before a secondary one, the lowest first. It returns the
+// zero Addr when there is none: the kernel then chooses.
+func source(v netwatch.View, index uint32, f netwatch.Family) netip.Addr {
+	var best netip.Addr
+	for a := range v.Addrs(index) {
+		ip := a.Prefix.Addr()
+		if netwatch.FamilyOf(ip) != f || a.Scope != netwatch.ScopeUniverse ||
+			a.Flags&(ifaDADFailed|ifaDeprecated|ifaTentative) != 0 {
+			continue
+		}
+		if a.Flags&ifaSecondary == 0 {
+			return ip // Addrs yields them lowest first
+		}
+		if !best.IsValid() {
+			best = ip
+		}
+	}
+	return best
+}
