@@ -1,0 +1,14 @@
+// Package deploy holds how the marksplit agent reaches a cluster: the
+// Kubernetes manifests (rbac.yaml, daemonset.yaml, applied with
+// `kubectl apply -k deploy/`) and the container image (Dockerfile).
+//
+// It has no code of its own. Its tests decode every manifest strictly into the
+// Kubernetes API types (an unknown, misspelled or duplicated field fails),
+// render the kustomization as kubectl would, and assert the settings the
+// agent depends on: the minimal RBAC, host networking, the capability set,
+// probes that reach the agent's loopback listener, tolerations, the node name
+// from the downward API, resource bounds and a gentle rolling update.
+//
+// It is a Go module of its own so that the library's go.mod does not carry
+// the Kubernetes API types. Run its tests with `cd deploy && go test ./...`.
+package deploy
