@@ -73,7 +73,7 @@ func TestParseArgs(t *testing.T) {
 	}
 }
 
-// splitArgs splits on spaces; '' is an empty argument.
+// splitArgs splits on spaces; ” is an empty argument.
 func splitArgs(s string) []string {
 	var args []string
 	for _, a := range strings.Fields(s) {
