@@ -1,0 +1,85 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/netwatch"
+)
+
+func TestParseArgs(t *testing.T) {
+	tests := []struct {
+		args    string
+		want    options
+		wantErr string
+	}{{
+		args: "--uplink eth1 --mark 0x100/0xff00",
+		want: options{resync: 5 * time.Minute, cfg: Config{
+			Uplink: "eth1", Mark: 0x100, Mask: 0xff00, Table: 920, Priority: 920, Protocol: 242}},
+	}, {
+		args: "--uplink wwan0 --mark 7 --table 0x1000 --priority 100 --protocol 0xf0 --netns /run/netns/x --resync 1m",
+		want: options{netns: "/run/netns/x", resync: time.Minute, cfg: Config{
+			Uplink: "wwan0", Mark: 7, Mask: 0xffffffff, Table: 4096, Priority: 100, Protocol: 240}},
+	},
+		{args: "--mark 0x100", wantErr: "--uplink is required"},
+		{args: "--uplink eth1", wantErr: "--mark is required"},
+		{args: "--uplink averyveryverylongname --mark 1", wantErr: "longer than 15 bytes"},
+		{args: "--uplink a:b --mark 1", wantErr: `--uplink "a:b": not a valid link name`},
+		{args: "--uplink eth1 --mark 0/0xff00", wantErr: `--mark "0/0xff00": the mark must not be zero`},
+		{args: "--uplink eth1 --mark 0x100/0xf0", wantErr: "mark 0x100 has bits outside mask 0xf0"},
+		{args: "--uplink eth1 --mark 0x100/0", wantErr: "mark 0x100 has bits outside mask 0x0"},
+		{args: "--uplink eth1 --mark 0x1000000000", wantErr: "not MARK or MARK/MASK"},
+		{args: "--uplink eth1 --mark 1 --table 255", wantErr: `--table "255": reserved table (local)`},
+		{args: "--uplink eth1 --mark 1 --table 253", wantErr: "reserved table (default)"},
+		{args: "--uplink eth1 --mark 1 --priority 0", wantErr: `--priority "0": reserved`},
+		{args: "--uplink eth1 --mark 1 --protocol kernel", wantErr: "not a protocol number"},
+		{args: "--uplink eth1 --mark 1 extra", wantErr: `unexpected argument "extra"`},
+		{args: "--uplink eth1 --mark 1 --resync x", wantErr: `invalid value "x" for flag -resync`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.args, func(t *testing.T) {
+			got, err := parseArgs(strings.Fields(tt.args), io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("parseArgs: got error %v, want one containing %q", err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), "\n") {
+					t.Errorf("error %q is more than one line", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseArgs: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(options{})); diff != "" {
+				t.Errorf("parseArgs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	names := map[uint32]string{eth1: "eth1"}
+	tests := []struct {
+		op   netwatch.Op
+		want string
+	}{
+		{netwatch.Op{Kind: netwatch.RouteReplace, Route: pinned(netwatch.IPv4, "192.0.2.254", eth1),
+			Was: pinned(netwatch.IPv4, "192.0.2.1", eth1), HasWas: true},
+			"table 920: 0.0.0.0/0 via 192.0.2.254 dev eth1 (was 0.0.0.0/0 via 192.0.2.1 dev eth1)"},
+		{netwatch.Op{Kind: netwatch.RouteReplace, Route: pinned(netwatch.IPv6, "fe80::1", eth1)},
+			"table 920: ::/0 via fe80::1 dev eth1"},
+		{netwatch.Op{Kind: netwatch.RouteDelete, Route: pinned(netwatch.IPv4, "192.0.2.1", eth1Next)},
+			"table 920: removed 0.0.0.0/0 via 192.0.2.1 dev #5"},
+		{netwatch.Op{Kind: netwatch.RuleAdd, Rule: rule(netwatch.IPv4)}, "rule 920: fwmark 0x100/0xff00 lookup 920"},
+		{netwatch.Op{Kind: netwatch.RuleDelete, Rule: rule(netwatch.IPv6)}, "rule 920 (inet6): removed fwmark 0x100/0xff00 lookup 920"},
+	}
+	for _, tt := range tests {
+		if got := describe(tt.op, names); got != tt.want {
+			t.Errorf("describe(%v):\n got %q\nwant %q", tt.op.Kind, got, tt.want)
+		}
+	}
+}
