@@ -1,0 +1,733 @@
+package ciliumnode
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+const (
+	defaultTokenFile      = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	defaultCAFile         = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+	defaultResync         = 5 * time.Minute
+	defaultWatchTimeout   = 2 * time.Minute
+	defaultRequestTimeout = 30 * time.Second
+
+	apiVersion = "cilium.io/v2"
+	kind       = "CiliumNode"
+	resource   = "/apis/cilium.io/v2/ciliumnodes"
+
+	maxBody     = 4 << 20  // a GET's body; CiliumNodes are a few KiB
+	maxErrBody  = 64 << 10 // the body of an error answer
+	maxLogChars = 300      // of a server's message in a log line
+)
+
+// Config for reading one CiliumNode.
+type Config struct {
+	// Server is the API server's URL, https://host:port. InClusterConfig fills it from
+	// KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT.
+	Server string
+	// NodeName names the CiliumNode (the Kubernetes node's name); it must be a DNS subdomain.
+	NodeName string
+	// TokenFile holds the bearer token. It is read again before every request because the
+	// kubelet rotates it. Default /var/run/secrets/kubernetes.io/serviceaccount/token.
+	TokenFile string
+	// CAFile holds the PEM certificates that verify the server, read once by New. Default
+	// /var/run/secrets/kubernetes.io/serviceaccount/ca.crt. Unused when HTTPClient is set.
+	CAFile string
+	// Resync is how often the object is read again in full (a GET, then a fresh watch), even
+	// while the watch is healthy. Default 5m.
+	Resync time.Duration
+	// WatchTimeout restarts a watch that delivers no bytes, not even a bookmark, for this long.
+	// API servers send a bookmark about once a minute. Default 2m; a value of Resync or more
+	// leaves hang detection to the resync.
+	WatchTimeout time.Duration
+	// RequestTimeout bounds a GET. Default 30s.
+	RequestTimeout time.Duration
+	// Backoff spaces the retries after failures; it is reset after a success and used by Run's
+	// goroutine only. Default backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0))
+	// (about 0.5 s, doubling up to 1 min, never giving up).
+	Backoff backoff.BackOff
+	// Logger receives failures (warn), registration waits and deletions; default discard.
+	Logger *slog.Logger
+	// HTTPClient replaces the client that New builds from CAFile (for tests). It must not set
+	// a Timeout, since a watch is a long request.
+	HTTPClient *http.Client
+}
+
+// InClusterConfig returns the Config of a pod's service account for nodeName: the API server
+// from KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT, and the default token and CA files.
+func InClusterConfig(nodeName string) (Config, error) {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return Config{}, errors.New("ciliumnode: in-cluster config: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be set (not running in a pod?)")
+	}
+	return Config{
+		Server:    "https://" + net.JoinHostPort(host, port),
+		NodeName:  nodeName,
+		TokenFile: defaultTokenFile,
+		CAFile:    defaultCAFile,
+	}, nil
+}
+
+// Mode is whether the node encrypts, as its CiliumNode says.
+type Mode int
+
+// Modes. Unknown is the zero value: no good read yet.
+const (
+	Unknown Mode = iota
+	Encrypting
+	NotEncrypting
+)
+
+// String returns "unknown", "yes" or "no".
+func (m Mode) String() string {
+	switch m {
+	case Unknown:
+		return "unknown"
+	case Encrypting:
+		return "yes"
+	case NotEncrypting:
+		return "no"
+	}
+	return "unknown(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Stats counts the requests a Source made, by outcome. A GET counts once as OK, NotFound,
+// HTTPError, DecodeError or NetworkError. A watch counts once when it ends: OK when the resync
+// replaced it, WatchRestart when the server ended it cleanly or it went silent (it is resumed),
+// Gone on 410, or as an error. Requests cut short because Run's context ended are not counted.
+type Stats struct {
+	OK           uint64
+	NotFound     uint64 // 404
+	HTTPError    uint64 // other non-2xx answers, and ERROR events other than 410
+	DecodeError  uint64 // garbage JSON, a wrong kind or name, an unknown event type
+	NetworkError uint64 // connection refused or dropped, TLS verification, timeouts
+	WatchRestart uint64
+	Gone         uint64 // 410: resourceVersion too old, the object is read again
+
+	LastGoodRead time.Time // of the last GET or ADDED/MODIFIED event that yielded a mode
+	Mode         Mode      // the last mode reported
+}
+
+// Requests returns the counters keyed by outcome label: ok, not_found, http_error,
+// decode_error, network_error, watch_restart, gone_410.
+func (st Stats) Requests() map[string]uint64 {
+	return map[string]uint64{
+		"ok":            st.OK,
+		"not_found":     st.NotFound,
+		"http_error":    st.HTTPError,
+		"decode_error":  st.DecodeError,
+		"network_error": st.NetworkError,
+		"watch_restart": st.WatchRestart,
+		"gone_410":      st.Gone,
+	}
+}
+
+// outcome of one request, for Stats.
+type outcome int
+
+const (
+	outcomeNone outcome = iota // not counted: Run's context ended, or no request was sent
+	outcomeOK
+	outcomeNotFound
+	outcomeHTTPError
+	outcomeDecodeError
+	outcomeNetworkError
+	outcomeWatchRestart
+	outcomeGone
+)
+
+// Source reads one node's CiliumNode. Create it with New and call Run.
+type Source struct {
+	cfg       Config
+	getURL    string
+	watchURL  string // without the resourceVersion value, which is appended
+	client    *http.Client
+	ownClient bool
+	log       *slog.Logger
+	running   atomic.Bool
+
+	mode Mode // Run's goroutine only
+
+	mu    sync.Mutex
+	stats Stats
+}
+
+// New validates cfg, fills in its defaults and, unless cfg.HTTPClient is set, builds an
+// HTTPS client that trusts the certificates in cfg.CAFile.
+func New(cfg Config) (*Source, error) {
+	if err := validNodeName(cfg.NodeName); err != nil {
+		return nil, err
+	}
+	server, err := parseServer(cfg.Server)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"Resync", &cfg.Resync, defaultResync},
+		{"WatchTimeout", &cfg.WatchTimeout, defaultWatchTimeout},
+		{"RequestTimeout", &cfg.RequestTimeout, defaultRequestTimeout},
+	} {
+		switch {
+		case *d.v < 0:
+			return nil, fmt.Errorf("ciliumnode: negative %s %v", d.name, *d.v)
+		case *d.v == 0:
+			*d.v = d.def
+		}
+	}
+	if cfg.TokenFile == "" {
+		cfg.TokenFile = defaultTokenFile
+	}
+	if cfg.CAFile == "" {
+		cfg.CAFile = defaultCAFile
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0))
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Source{
+		cfg:    cfg,
+		getURL: server + resource + "/" + cfg.NodeName,
+		watchURL: server + resource + "?watch=1&fieldSelector=metadata.name%3D" + cfg.NodeName +
+			"&allowWatchBookmarks=true&resourceVersion=",
+		client: cfg.HTTPClient,
+		log:    cfg.Logger,
+	}
+	if s.client == nil {
+		if s.client, err = newClient(cfg.CAFile); err != nil {
+			return nil, err
+		}
+		s.ownClient = true
+	}
+	return s, nil
+}
+
+// validNodeName checks that name is a DNS subdomain (RFC 1123), as Kubernetes node names are.
+func validNodeName(name string) error {
+	if name == "" {
+		return errors.New("ciliumnode: empty node name")
+	}
+	if len(name) > 253 {
+		return fmt.Errorf("ciliumnode: invalid node name %.20q...: longer than 253 characters", name)
+	}
+	for label := range strings.SplitSeq(name, ".") {
+		ok := label != "" && alnum(label[0]) && alnum(label[len(label)-1])
+		for i := 0; ok && i < len(label); i++ {
+			ok = alnum(label[i]) || label[i] == '-'
+		}
+		if !ok {
+			return fmt.Errorf("ciliumnode: invalid node name %q: not a DNS subdomain (lowercase letters, digits, '-' and '.', each part starting and ending with a letter or digit)", name)
+		}
+	}
+	return nil
+}
+
+func alnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
+
+func parseServer(s string) (string, error) {
+	if s == "" {
+		return "", errors.New("ciliumnode: no API server URL (see InClusterConfig)")
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("ciliumnode: API server URL: %w", err)
+	}
+	if u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("ciliumnode: API server URL %q: want https://host:port", s)
+	}
+	return strings.TrimSuffix(s, "/"), nil
+}
+
+func newClient(caFile string) (*http.Client, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("ciliumnode: read CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("ciliumnode: CA file %s holds no PEM certificate", caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil // the API server is reached directly, by its service address
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}, nil
+}
+
+// Stats returns the request counters, the last good read time and the last reported mode.
+func (s *Source) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+func (s *Source) count(o outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch o {
+	case outcomeOK:
+		s.stats.OK++
+	case outcomeNotFound:
+		s.stats.NotFound++
+	case outcomeHTTPError:
+		s.stats.HTTPError++
+	case outcomeDecodeError:
+		s.stats.DecodeError++
+	case outcomeNetworkError:
+		s.stats.NetworkError++
+	case outcomeWatchRestart:
+		s.stats.WatchRestart++
+	case outcomeGone:
+		s.stats.Gone++
+	}
+}
+
+// Run reads, then watches, the node's CiliumNode until ctx ends. It calls report (from Run's
+// goroutine only) with the mode after every good read that changes it; the first good read
+// of each Run always reports. report should return promptly: the watch waits for it. Run
+// returns nil when ctx ends, and an error only when misused (nil report, or already running).
+func (s *Source) Run(ctx context.Context, report func(Mode)) error {
+	if report == nil {
+		return errors.New("ciliumnode: Run: nil report func")
+	}
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("ciliumnode: Run: already running")
+	}
+	defer s.running.Store(false)
+	if s.ownClient {
+		defer s.client.CloseIdleConnections()
+	}
+	s.mode = Unknown
+	b := s.cfg.Backoff
+	b.Reset()
+
+	var (
+		rv       string    // where the next watch starts; "" means GET first
+		resyncAt time.Time // when the next full read is due
+		// failing is set while watches fail without delivering an event, so that the GETs
+		// in between do not reset the back-off and a broken watch is not retried hot.
+		failing bool
+	)
+	for ctx.Err() == nil {
+		if rv == "" || !time.Now().Before(resyncAt) {
+			node, err := s.get(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				rv = ""
+				d := nextBackOff(b)
+				if errors.Is(err, errNotFound) {
+					s.log.Info(err.Error(), "retry_in", d)
+				} else {
+					s.log.Warn(err.Error(), "retry_in", d)
+				}
+				if !sleep(ctx, d) {
+					break
+				}
+				continue
+			}
+			rv, resyncAt = node.Metadata.ResourceVersion, time.Now().Add(s.cfg.Resync)
+			if !failing {
+				b.Reset()
+			}
+			s.goodRead(node, report)
+		}
+
+		end := s.watch(ctx, rv, resyncAt, b, report)
+		rv = end.rv
+		if end.progress {
+			failing = false
+		}
+		retry := false
+		switch end.kind {
+		case endCanceled:
+			return nil
+		case endResync:
+			s.log.Debug("ciliumnode: resync", "node", s.cfg.NodeName)
+			resyncAt = time.Time{}
+		case endGone:
+			s.log.Info(end.err.Error() + "; reading the object again")
+			rv = ""
+			retry = !end.progress
+		case endClosed:
+			if end.err != nil {
+				s.log.Warn(end.err.Error()+"; restarting it", "resource_version", rv)
+			} else {
+				s.log.Debug("ciliumnode: watch ended; resuming", "resource_version", rv)
+			}
+			retry = !end.progress
+		case endFailed:
+			d := nextBackOff(b)
+			s.log.Warn(end.err.Error(), "retry_in", d)
+			failing = !end.progress
+			if !sleep(ctx, d) {
+				return nil
+			}
+		}
+		if retry {
+			failing = true
+			if !sleep(ctx, nextBackOff(b)) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// nextBackOff returns b's next delay; a policy that gives up is started over.
+func nextBackOff(b backoff.BackOff) time.Duration {
+	d := b.NextBackOff()
+	if d == backoff.Stop {
+		b.Reset()
+		if d = b.NextBackOff(); d == backoff.Stop {
+			d = time.Minute
+		}
+	}
+	return d
+}
+
+// sleep waits for d and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// goodRead records a CiliumNode read from a GET or an ADDED/MODIFIED event, and reports its
+// mode if it changed.
+func (s *Source) goodRead(n ciliumNode, report func(Mode)) {
+	m := n.mode()
+	s.log.Debug("ciliumnode: read", "node", s.cfg.NodeName, "resource_version", n.Metadata.ResourceVersion, "encrypting", m.String())
+	s.mu.Lock()
+	s.stats.LastGoodRead = time.Now()
+	s.stats.Mode = m
+	s.mu.Unlock()
+	if m != s.mode {
+		s.mode = m
+		report(m)
+	}
+}
+
+// errNotFound marks a 404 answer to the GET: Cilium has not registered the node yet.
+var errNotFound = errors.New("not registered yet")
+
+// get reads the CiliumNode.
+func (s *Source) get(ctx context.Context) (ciliumNode, error) {
+	n, o, err := s.doGet(ctx)
+	if ctx.Err() != nil {
+		o = outcomeNone
+	}
+	s.count(o)
+	if err != nil {
+		return ciliumNode{}, fmt.Errorf("ciliumnode: get %s: %w", s.cfg.NodeName, err)
+	}
+	return n, nil
+}
+
+func (s *Source) doGet(ctx context.Context) (ciliumNode, outcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	req, err := s.newRequest(ctx, s.getURL)
+	if err != nil {
+		return ciliumNode{}, outcomeNone, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return ciliumNode{}, outcomeNetworkError, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err == nil {
+		err = context.Cause(ctx) // a body cut by the timeout may read as complete
+	}
+	if err != nil {
+		return ciliumNode{}, outcomeNetworkError, fmt.Errorf("read body: %w", err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return ciliumNode{}, outcomeNotFound, fmt.Errorf("%w: %w", errNotFound, statusError(resp, body))
+	case resp.StatusCode != http.StatusOK:
+		return ciliumNode{}, outcomeHTTPError, statusError(resp, body)
+	case len(body) > maxBody:
+		return ciliumNode{}, outcomeDecodeError, fmt.Errorf("answer larger than %d bytes", maxBody)
+	}
+	n, err := decodeNode(body, s.cfg.NodeName, false)
+	if err != nil {
+		return ciliumNode{}, outcomeDecodeError, err
+	}
+	return n, outcomeOK, nil
+}
+
+func (s *Source) newRequest(ctx context.Context, u string) (*http.Request, error) {
+	tok, err := os.ReadFile(s.cfg.TokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("read token: %w", err)
+	}
+	token := strings.TrimSpace(string(tok))
+	if token == "" {
+		return nil, fmt.Errorf("token file %s is empty", s.cfg.TokenFile)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "marksplit")
+	return req, nil
+}
+
+// How a watch ended.
+type endKind int
+
+const (
+	endCanceled endKind = iota // Run's context ended
+	endResync                  // the resync is due: read the object again
+	endGone                    // 410: read the object again
+	endClosed                  // the server ended it cleanly, or it went silent: resume from rv
+	endFailed                  // an error: back off, then resume from rv
+)
+
+type watchEnd struct {
+	kind     endKind
+	rv       string // the last resourceVersion seen
+	progress bool   // at least one event arrived
+	err      error
+}
+
+var (
+	errResync = errors.New("resync due")
+	errSilent = errors.New("watch silent")
+)
+
+// watch watches the object from resourceVersion rv until the resync is due, ctx ends or the
+// watch ends; it reports good reads as they arrive.
+func (s *Source) watch(ctx context.Context, rv string, resyncAt time.Time, b backoff.BackOff, report func(Mode)) watchEnd {
+	end := watchEnd{rv: rv}
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	resync := time.AfterFunc(time.Until(resyncAt), func() { cancel(errResync) })
+	defer resync.Stop()
+	silence := time.AfterFunc(s.cfg.WatchTimeout, func() { cancel(errSilent) })
+	defer silence.Stop()
+
+	fail := func(o outcome, err error) watchEnd {
+		switch {
+		case ctx.Err() != nil:
+			end.kind = endCanceled
+		case context.Cause(wctx) == errResync:
+			s.count(outcomeOK)
+			end.kind = endResync
+		case context.Cause(wctx) == errSilent:
+			s.count(outcomeWatchRestart)
+			end.kind = endClosed
+			end.err = fmt.Errorf("ciliumnode: watch %s: no data for %v", s.cfg.NodeName, s.cfg.WatchTimeout)
+		default:
+			s.count(o)
+			end.kind = endFailed
+			if o == outcomeGone {
+				end.kind = endGone
+			}
+			end.err = fmt.Errorf("ciliumnode: watch %s from resourceVersion %s: %w", s.cfg.NodeName, rv, err)
+		}
+		return end
+	}
+
+	req, err := s.newRequest(wctx, s.watchURL+url.QueryEscape(rv))
+	if err != nil {
+		return fail(outcomeNone, err)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return fail(outcomeNetworkError, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrBody))
+		o := outcomeHTTPError
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			o = outcomeNotFound
+		case http.StatusGone:
+			o = outcomeGone
+		}
+		return fail(o, statusError(resp, body))
+	}
+
+	body := &activityReader{r: resp.Body, timer: silence, timeout: s.cfg.WatchTimeout}
+	dec := json.NewDecoder(body)
+	for {
+		var ev struct {
+			Type   string          `json:"type"`
+			Object json.RawMessage `json:"object"`
+		}
+		if err := dec.Decode(&ev); err != nil {
+			switch {
+			case wctx.Err() != nil:
+				// Canceled: by Run's context, the resync or the silence timer. Over
+				// HTTP/1.1 the cut body may even read as a clean io.EOF.
+				return fail(outcomeNone, err)
+			case err == io.EOF:
+				s.count(outcomeWatchRestart)
+				end.kind = endClosed
+				return end
+			case body.err != nil && body.err != io.EOF, errors.Is(err, io.ErrUnexpectedEOF):
+				return fail(outcomeNetworkError, err)
+			default:
+				return fail(outcomeDecodeError, fmt.Errorf("decode event: %w", err))
+			}
+		}
+		switch ev.Type {
+		case "ADDED", "MODIFIED", "DELETED", "BOOKMARK":
+			n, err := decodeNode(ev.Object, s.cfg.NodeName, ev.Type == "BOOKMARK")
+			if err != nil {
+				return fail(outcomeDecodeError, fmt.Errorf("%s event: %w", ev.Type, err))
+			}
+			end.rv, end.progress = n.Metadata.ResourceVersion, true
+			b.Reset()
+			switch ev.Type {
+			case "ADDED", "MODIFIED":
+				s.goodRead(n, report)
+			case "DELETED":
+				s.log.Warn("ciliumnode: CiliumNode "+s.cfg.NodeName+" deleted; keeping the last mode", "encrypting", s.mode.String())
+			}
+		case "ERROR":
+			var st status
+			if err := json.Unmarshal(ev.Object, &st); err != nil || st.Kind != "Status" {
+				return fail(outcomeDecodeError, fmt.Errorf("ERROR event without a Status: %.100s", ev.Object))
+			}
+			o := outcomeHTTPError
+			if st.Code == http.StatusGone {
+				o = outcomeGone
+			}
+			return fail(o, fmt.Errorf("ERROR event: %d %s: %s", st.Code, st.Reason, oneLine(st.Message)))
+		default:
+			return fail(outcomeDecodeError, fmt.Errorf("unknown event type %q", oneLine(ev.Type)))
+		}
+	}
+}
+
+// activityReader pushes the watch's silence timer back whenever bytes arrive, and keeps the
+// underlying reader's last error to tell a broken connection from garbage.
+type activityReader struct {
+	r       io.Reader
+	timer   *time.Timer
+	timeout time.Duration
+	err     error
+}
+
+func (a *activityReader) Read(p []byte) (int, error) {
+	n, err := a.r.Read(p)
+	if n > 0 {
+		a.timer.Reset(a.timeout)
+	}
+	if err != nil {
+		a.err = err
+	}
+	return n, err
+}
+
+// ciliumNode holds the fields of a CiliumNode that matter here.
+type ciliumNode struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name            string `json:"name"`
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"metadata"`
+	Spec struct {
+		Encryption struct {
+			Key int64 `json:"key"`
+		} `json:"encryption"`
+	} `json:"spec"`
+}
+
+func (n ciliumNode) mode() Mode {
+	if n.Spec.Encryption.Key != 0 {
+		return Encrypting
+	}
+	return NotEncrypting
+}
+
+// decodeNode decodes and checks a CiliumNode. A bookmark carries only a resourceVersion.
+func decodeNode(data []byte, name string, bookmark bool) (ciliumNode, error) {
+	var n ciliumNode
+	if err := json.Unmarshal(data, &n); err != nil {
+		return n, fmt.Errorf("decode %s: %w", kind, err)
+	}
+	lax := bookmark && n.APIVersion == "" && n.Kind == ""
+	switch {
+	case !lax && (n.APIVersion != apiVersion || n.Kind != kind):
+		return n, fmt.Errorf("got %q %q, want %s %s", n.APIVersion, n.Kind, apiVersion, kind)
+	case !bookmark && n.Metadata.Name != name:
+		return n, fmt.Errorf("got %s %q, want %q", kind, n.Metadata.Name, name)
+	case n.Metadata.ResourceVersion == "":
+		return n, fmt.Errorf("%s without metadata.resourceVersion", kind)
+	}
+	return n, nil
+}
+
+// status is a Kubernetes Status object, as in error answers and ERROR events.
+type status struct {
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+	Reason  string `json:"reason"`
+	Code    int    `json:"code"`
+}
+
+// statusError describes a non-2xx answer: its status line and the server's message.
+func statusError(resp *http.Response, body []byte) error {
+	var st status
+	msg := strings.TrimSpace(string(body))
+	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" && st.Message != "" {
+		msg = st.Message
+	}
+	if msg = oneLine(msg); msg == "" {
+		return errors.New(resp.Status)
+	}
+	return fmt.Errorf("%s: %s", resp.Status, msg)
+}
+
+// oneLine makes a server's text fit in one short log line.
+func oneLine(s string) string {
+	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool {
+		return r == ' ' || r < ' ' || r == 0x7f
+	}), " ")
+	if len(s) > maxLogChars {
+		i := maxLogChars
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		s = s[:i] + "…"
+	}
+	return s
+}
