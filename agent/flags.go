@@ -1,0 +1,316 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/marksplit/marksplit/mtupolicy"
+	"github.com/marksplit/marksplit/netwatch"
+)
+
+// The subcommands.
+const (
+	cmdRun     = "run"
+	cmdOnce    = "once"
+	cmdPlan    = "plan"
+	cmdCleanup = "cleanup"
+	cmdVerify  = "verify"
+)
+
+// The values of --encryption.
+const (
+	encOn   = "on"
+	encOff  = "off"
+	encAuto = "auto"
+)
+
+const defaultMetricsAddr = "127.0.0.1:9184"
+
+// options is a parsed command line.
+type options struct {
+	cmd         string
+	policy      mtupolicy.Config
+	encryption  string // encOn, encOff or encAuto
+	nodeName    string
+	metricsAddr string
+	logFormat   string     // "text" or "json"
+	peer        netip.Addr // verify only
+	version     bool
+}
+
+// usageError is a bad command line: the agent prints it in one line and
+// exits 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{fmt.Sprintf(format, args...)}
+}
+
+// usageText is what -h prints before the flags.
+const usageText = `marksplit keeps host traffic to the private node network at the tunnel MTU
+while the tunnel's own marked packets keep the interface MTU.
+
+Usage:
+  marksplit [run]   [flags]   reconcile continuously until SIGTERM/SIGINT
+  marksplit once    [flags]   one pass: apply, print each change, exit 0 when converged
+  marksplit plan    [flags]   print the operations a pass would make; change nothing
+  marksplit cleanup [flags]   remove every route and rule the agent owns
+  marksplit verify --peer ADDR [flags]
+                              ask the kernel for ADDR without and with the mark; exit 0
+                              only when the split is in place
+
+At least one of --prefix or --underlay-link is required.
+
+Flags:
+`
+
+// parseArgs parses the command line (without the program name). getenv
+// supplies $NODE_NAME. A bad command line is a *usageError; -h is
+// flag.ErrHelp, after the usage went to help.
+func parseArgs(args []string, getenv func(string) string, help io.Writer) (options, error) {
+	o := options{cmd: cmdRun, policy: mtupolicy.DefaultConfig()}
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		o.cmd, args = args[0], args[1:]
+		switch o.cmd {
+		case cmdRun, cmdOnce, cmdPlan, cmdCleanup, cmdVerify:
+		case "help":
+			fmt.Fprint(help, usageText)
+			newFlagSet(&options{cmd: cmdVerify, policy: mtupolicy.DefaultConfig()}, getenv).PrintDefaults()
+			return o, flag.ErrHelp
+		default:
+			return o, usageErrorf("unknown command %q (want run, once, plan, cleanup or verify)", o.cmd)
+		}
+	}
+	fs := newFlagSet(&o, getenv)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(help, usageText)
+			fs.SetOutput(help)
+			fs.PrintDefaults()
+			return o, err
+		}
+		return o, usageErrorf("%s", err)
+	}
+	if fs.NArg() > 0 {
+		if a := fs.Arg(0); !strings.HasPrefix(a, "-") && isCommand(a) {
+			return o, usageErrorf("unexpected argument %q: the command comes first (marksplit %s [flags])", a, a)
+		}
+		return o, usageErrorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.version {
+		return o, nil
+	}
+	if len(o.policy.Prefixes) == 0 && o.policy.UnderlayLink == "" {
+		return o, usageErrorf("at least one of --prefix or --underlay-link is required")
+	}
+	if err := o.policy.Validate(); err != nil {
+		return o, usageErrorf("%s", strings.TrimPrefix(err.Error(), "mtupolicy: "))
+	}
+	if o.cmd == cmdVerify && !o.peer.IsValid() {
+		return o, usageErrorf("verify needs --peer ADDR (an address on the split network, e.g. --peer 10.0.0.9)")
+	}
+	if o.usesMode() && o.encryption == encAuto && o.nodeName == "" {
+		return o, usageErrorf("--encryption=auto needs --node-name or $NODE_NAME (or use --encryption=on or off)")
+	}
+	return o, nil
+}
+
+// usesMode reports whether the command needs the encryption mode. cleanup
+// removes everything owned whatever the mode; verify asks the kernel only.
+func (o options) usesMode() bool {
+	return o.cmd == cmdRun || o.cmd == cmdOnce || o.cmd == cmdPlan
+}
+
+func isCommand(s string) bool {
+	switch s {
+	case cmdRun, cmdOnce, cmdPlan, cmdCleanup, cmdVerify:
+		return true
+	}
+	return false
+}
+
+// newFlagSet defines the flags of o.cmd on a new FlagSet that fills o.
+func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
+	fs := flag.NewFlagSet("marksplit "+o.cmd, flag.ContinueOnError)
+	p := &o.policy
+	fs.StringVar(&p.TunnelLink, "tunnel-link", p.TunnelLink, "the encrypting `link`; its live MTU is the MTU of the table's routes")
+	fs.Var(markValue{&p.Mark, &p.Mask}, "mark", "`mark/mask` that the rule inverts (not fwmark)")
+	fs.Var(tableValue{&p.Table}, "table", "routing `table` owned by the agent (not 0, 253, 254, 255)")
+	fs.Var(uint32Value{&p.Priority}, "priority", "rule `priority` owned by the agent (not 0, 32766, 32767)")
+	fs.Var(prefixesValue{&p.Prefixes}, "prefix", "`CIDR` (repeatable): split main-table routes equal to or inside it")
+	fs.StringVar(&p.UnderlayLink, "underlay-link", "", "split main-table routes out of this `link` (never the default route)")
+	o.encryption = encAuto
+	fs.Var(enumValue{&o.encryption, []string{encOn, encOff, encAuto}}, "encryption", "`mode`: on, off, or auto (read the node's CiliumNode)")
+	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"), "CiliumNode to read with --encryption=auto (default $NODE_NAME)")
+	fs.Var(protocolValue{&p.Protocol}, "protocol", "rtm_protocol / FRA_PROTOCOL `value` (number or iproute2 name) stamped on what the agent installs")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "`address` for Prometheus /metrics, /healthz and /readyz with run; empty disables")
+	o.logFormat = "text"
+	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log `format`: text or json")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	if o.cmd == cmdVerify {
+		fs.Var(addrValue{&o.peer}, "peer", "`address` to ask the kernel about (verify)")
+	}
+	return fs
+}
+
+// markValue is --mark: MARK or MARK/MASK, each decimal or 0x-hex. A mark
+// without a mask matches all 32 bits.
+type markValue struct{ mark, mask *netwatch.Mark }
+
+func (v markValue) String() string {
+	if v.mark == nil {
+		return ""
+	}
+	return v.mark.String() + "/" + v.mask.String()
+}
+
+func (v markValue) Set(s string) error {
+	ms, ks, hasMask := strings.Cut(s, "/")
+	m, err := strconv.ParseUint(ms, 0, 32)
+	if err != nil {
+		return fmt.Errorf("want MARK/MASK such as 0xe00/0xf00")
+	}
+	k := uint64(0xffffffff)
+	if hasMask {
+		if k, err = strconv.ParseUint(ks, 0, 32); err != nil {
+			return fmt.Errorf("want MARK/MASK such as 0xe00/0xf00")
+		}
+	}
+	*v.mark, *v.mask = netwatch.Mark(m), netwatch.Mark(k)
+	return nil
+}
+
+type tableValue struct{ t *netwatch.Table }
+
+func (v tableValue) String() string {
+	if v.t == nil {
+		return ""
+	}
+	return strconv.FormatUint(uint64(*v.t), 10)
+}
+
+func (v tableValue) Set(s string) error {
+	n, err := strconv.ParseUint(s, 0, 32)
+	if err != nil {
+		return fmt.Errorf("want a table number such as 900")
+	}
+	*v.t = netwatch.Table(n)
+	return nil
+}
+
+type uint32Value struct{ n *uint32 }
+
+func (v uint32Value) String() string {
+	if v.n == nil {
+		return ""
+	}
+	return strconv.FormatUint(uint64(*v.n), 10)
+}
+
+func (v uint32Value) Set(s string) error {
+	n, err := strconv.ParseUint(s, 0, 32)
+	if err != nil {
+		return fmt.Errorf("want a number from 1 to 4294967295")
+	}
+	*v.n = uint32(n)
+	return nil
+}
+
+// prefixesValue is the repeatable --prefix.
+type prefixesValue struct{ ps *[]netip.Prefix }
+
+func (v prefixesValue) String() string {
+	if v.ps == nil {
+		return ""
+	}
+	var ss []string
+	for _, p := range *v.ps {
+		ss = append(ss, p.String())
+	}
+	return strings.Join(ss, ",")
+}
+
+func (v prefixesValue) Set(s string) error {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return fmt.Errorf("want a CIDR such as 10.0.0.0/16")
+	}
+	if p != p.Masked() {
+		return fmt.Errorf("host bits set: did you mean %v?", p.Masked())
+	}
+	*v.ps = append(*v.ps, p)
+	return nil
+}
+
+type enumValue struct {
+	v       *string
+	choices []string
+}
+
+func (e enumValue) String() string {
+	if e.v == nil {
+		return ""
+	}
+	return *e.v
+}
+
+func (e enumValue) Set(s string) error {
+	for _, c := range e.choices {
+		if s == c {
+			*e.v = s
+			return nil
+		}
+	}
+	return fmt.Errorf("want %s", strings.Join(e.choices, ", "))
+}
+
+// protocolValue is --protocol: 4–255 or an iproute2 name such as kernel
+// or static.
+type protocolValue struct{ p *netwatch.Protocol }
+
+func (v protocolValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(int(*v.p))
+}
+
+func (v protocolValue) Set(s string) error {
+	if n, err := strconv.ParseUint(s, 0, 8); err == nil {
+		*v.p = netwatch.Protocol(n)
+		return nil
+	}
+	for i := range 256 {
+		if p := netwatch.Protocol(i); p.String() == s {
+			*v.p = p
+			return nil
+		}
+	}
+	return fmt.Errorf("want a number from 4 to 255 or a name such as static")
+}
+
+type addrValue struct{ a *netip.Addr }
+
+func (v addrValue) String() string {
+	if v.a == nil || !v.a.IsValid() {
+		return ""
+	}
+	return v.a.String()
+}
+
+func (v addrValue) Set(s string) error {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return fmt.Errorf("want an IP address such as 10.0.0.9")
+	}
+	*v.a = a.Unmap()
+	return nil
+}

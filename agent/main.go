@@ -1,0 +1,99 @@
+// Command marksplit keeps host traffic to a Kubernetes node's private
+// network at the WireGuard tunnel MTU while WireGuard's own marked packets
+// keep the interface MTU: it copies the selected main-table routes into a
+// table of its own at the tunnel link's live MTU and installs one rule,
+// "not fwmark 0xe00/0xf00 lookup 900", reacting to rtnetlink events within
+// milliseconds.
+//
+// Usage:
+//
+//	marksplit [run]   [flags]   reconcile until SIGTERM/SIGINT (exit 0, routes left in place)
+//	marksplit once    [flags]   one pass: apply, print each change, exit 0 when converged
+//	marksplit plan    [flags]   print the operations a pass would make; change nothing
+//	marksplit cleanup [flags]   remove every route and rule the agent owns
+//	marksplit verify --peer ADDR [flags]
+//	                            ask the kernel for ADDR without and with the mark
+//
+// Every subcommand takes the policy flags (--tunnel-link, --mark, --table,
+// --priority, --prefix, --underlay-link, --protocol); `marksplit -h` lists
+// them all. A bad command line exits 2 with one line.
+//
+// # The loop
+//
+// run keeps a netwatch cache of the main table and its own table (plus
+// every link, address and rule) and makes a pass after each change to it,
+// each change of the encryption mode, and every five minutes after a full
+// resync: view → mtupolicy.Desired → netwatch.Plan → apply. Bursts of
+// events are coalesced (a pass runs 2 ms after the last trigger, at most
+// 10 ms after the first). Each kernel change is logged in one line naming
+// the object and what it was before; a pass that changes nothing logs
+// nothing.
+//
+// Fight damping: when a pass has to make again the change it made last to
+// an object, someone undid it. The first five undos of an episode are
+// repaired at once; after that the object's repairs back off exponentially
+// (0.5 s doubling up to 5 min), one warning names the object and how often
+// it was undone, and marksplit_fights_damped_total counts each delayed
+// repair. An object left alone for 10 minutes starts afresh.
+//
+// # Encryption mode
+//
+// --encryption=on or off is static. auto reads the node's CiliumNode from
+// the in-cluster API with the pod's service account, whose token and CA
+// are read from $MARKSPLIT_SERVICEACCOUNT_DIR (default
+// /var/run/secrets/kubernetes.io/serviceaccount). Before the first good
+// read nothing is edited.
+//
+// # Network namespaces
+//
+// marksplit works in the network namespace it runs in (hostNetwork in the
+// DaemonSet; `ip netns exec NS marksplit …` for tests and the demo). The
+// fragmentation counters it exports come from that namespace's
+// /proc/net/snmp.
+//
+// # Debugging
+//
+// `marksplit plan` shows what a pass would do. /metrics has passes,
+// changes and failures by kind, fights, resyncs and events; /healthz says
+// whether the cache is synced, /readyz whether a pass has converged.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseArgs(args, os.Getenv, stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "marksplit: %v\n", err)
+		return exitUsage
+	case o.version:
+		fmt.Fprintln(stdout, "marksplit", version)
+		return exitOK
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return execute(ctx, o, stdout, stderr)
+}

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+)
+
+func execute(_ context.Context, _ options, _, stderr io.Writer) int {
+	fmt.Fprintln(stderr, "marksplit: runs on Linux only (it edits the kernel's routes and rules over rtnetlink)")
+	return exitFailure
+}
