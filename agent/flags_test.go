@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/mtupolicy"
+	"github.com/marksplit/marksplit/netwatch"
+)
+
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+func TestParseArgs(t *testing.T) {
+	def := mtupolicy.DefaultConfig()
+	withPrefix := def
+	withPrefix.Prefixes = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want options
+	}{
+		{
+			name: "run is the default command",
+			args: []string{"--prefix=10.0.0.0/16"},
+			env:  map[string]string{"NODE_NAME": "worker-1"},
+			want: options{cmd: cmdRun, policy: withPrefix, encryption: encAuto, nodeName: "worker-1",
+				metricsAddr: "127.0.0.1:9184", logFormat: "text"},
+		},
+		{
+			name: "every flag",
+			args: []string{"once", "--tunnel-link", "wg1", "--mark", "0x1e00/0x1f00", "--table=1000",
+				"--priority", "1001", "--prefix", "10.0.0.0/16", "--prefix=fd00::/8", "--underlay-link", "eth0",
+				"--encryption=on", "--node-name", "n1", "--protocol", "static", "--metrics-addr=", "--log-format=json"},
+			want: options{cmd: cmdOnce, policy: mtupolicy.Config{
+				TunnelLink: "wg1", Mark: 0x1e00, Mask: 0x1f00, Table: 1000, Priority: 1001,
+				Protocol: netwatch.ProtoStatic, UnderlayLink: "eth0", Repair: true,
+				Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("fd00::/8")},
+			}, encryption: encOn, nodeName: "n1", logFormat: "json"},
+		},
+		{
+			name: "a mark without a mask matches every bit; a numeric protocol",
+			args: []string{"plan", "--underlay-link=enp7s0", "--mark=7", "--protocol=200", "--encryption=off"},
+			want: func() options {
+				p := def
+				p.UnderlayLink, p.Mark, p.Mask, p.Protocol = "enp7s0", 7, 0xffffffff, 200
+				return options{cmd: cmdPlan, policy: p, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text"}
+			}(),
+		},
+		{
+			name: "verify and cleanup need no node name in auto mode",
+			args: []string{"verify", "--peer", "10.0.0.9", "--prefix=10.0.0.0/16"},
+			want: options{cmd: cmdVerify, policy: withPrefix, encryption: encAuto, metricsAddr: defaultMetricsAddr,
+				logFormat: "text", peer: netip.MustParseAddr("10.0.0.9")},
+		},
+		{
+			name: "cleanup",
+			args: []string{"cleanup", "--prefix=10.0.0.0/16"},
+			want: options{cmd: cmdCleanup, policy: withPrefix, encryption: encAuto, metricsAddr: defaultMetricsAddr, logFormat: "text"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseArgs(tt.args, env(tt.env), new(bytes.Buffer))
+			if err != nil {
+				t.Fatalf("parseArgs(%q): %v", tt.args, err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(options{}), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b }),
+				cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+				t.Errorf("parseArgs(%q) (-want +got):\n%s", tt.args, diff)
+			}
+		})
+	}
+}
+
+// Bad command lines exit 2 with exactly one line on stderr that says what
+// is wrong, and nothing on stdout.
+func TestBadFlagsExit2(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	tests := []struct {
+		args []string
+		want string // in the one line
+	}{
+		{nil, "at least one of --prefix or --underlay-link is required"},
+		{[]string{"once"}, "at least one of --prefix or --underlay-link is required"},
+		{[]string{"--prefix=10.0.0.0/16", "--table=0", "--encryption=on"}, "table 0 is reserved"},
+		{[]string{"--prefix=10.0.0.0/16", "--table=253", "--encryption=on"}, "table 253 is reserved"},
+		{[]string{"--prefix=10.0.0.0/16", "--table=254", "--encryption=on"}, "table 254 is reserved"},
+		{[]string{"--prefix=10.0.0.0/16", "--table=255", "--encryption=on"}, "table 255 is reserved"},
+		{[]string{"--prefix=10.0.0.0/16", "--priority=0", "--encryption=on"}, "priority 0 belongs to the kernel"},
+		{[]string{"--prefix=10.0.0.0/16", "--priority=32766", "--encryption=on"}, "priority 32766 belongs to the kernel"},
+		{[]string{"--prefix=10.0.0.0/16", "--priority=32767", "--encryption=on"}, "priority 32767 belongs to the kernel"},
+		{[]string{"--prefix=10.0.0.5/16"}, `invalid value "10.0.0.5/16" for flag -prefix: host bits set: did you mean 10.0.0.0/16?`},
+		{[]string{"--prefix=10.0.0/16"}, `invalid value "10.0.0/16" for flag -prefix: want a CIDR`},
+		{[]string{"--prefix=10.0.0.0/16", "--mark=0xe00/0x100", "--encryption=on"}, "mask 0x100 does not cover mark 0xe00"},
+		{[]string{"--prefix=10.0.0.0/16", "--mark=wg"}, `invalid value "wg" for flag -mark: want MARK/MASK`},
+		{[]string{"--prefix=10.0.0.0/16", "--table=main"}, `invalid value "main" for flag -table`},
+		{[]string{"--prefix=10.0.0.0/16", "--encryption=yes"}, `invalid value "yes" for flag -encryption: want on, off, auto`},
+		{[]string{"--prefix=10.0.0.0/16", "--log-format=xml"}, `invalid value "xml" for flag -log-format: want text, json`},
+		{[]string{"--prefix=10.0.0.0/16", "--protocol=2", "--encryption=on"}, "protocol 2 means something to the kernel"},
+		{[]string{"--prefix=10.0.0.0/16", "--protocol=nope"}, `invalid value "nope" for flag -protocol`},
+		{[]string{"--prefix=10.0.0.0/16", "--frobnicate"}, "flag provided but not defined: -frobnicate"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"--prefix=10.0.0.0/16", "once"}, `unexpected argument "once": the command comes first`},
+		{[]string{"verify", "--prefix=10.0.0.0/16"}, "verify needs --peer ADDR"},
+		{[]string{"verify", "--prefix=10.0.0.0/16", "--peer=10.0.0.0/16"}, `invalid value "10.0.0.0/16" for flag -peer`},
+		{[]string{"once", "--prefix=10.0.0.0/16", "--peer=10.0.0.9"}, "flag provided but not defined: -peer"},
+		{[]string{"run", "--prefix=10.0.0.0/16"}, "--encryption=auto needs --node-name or $NODE_NAME"},
+		{[]string{"--underlay-link=cilium_wg0", "--encryption=on"}, `underlay link "cilium_wg0" is the tunnel link`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(tt.args, &stdout, &stderr)
+			if code != exitUsage {
+				t.Errorf("exit code %d, want %d", code, exitUsage)
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout: %q, want nothing", stdout.String())
+			}
+			out := stderr.String()
+			if strings.Count(out, "\n") != 1 || !strings.HasSuffix(out, "\n") {
+				t.Fatalf("stderr is not one line: %q", out)
+			}
+			if !strings.HasPrefix(out, "marksplit: ") || !strings.Contains(out, tt.want) {
+				t.Errorf("stderr: %q, want \"marksplit: …%s…\"", out, tt.want)
+			}
+		})
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"once", "-h"}, {"help"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != exitOK {
+			t.Errorf("%q: exit code %d, want 0", args, code)
+		}
+		if !strings.Contains(stdout.String(), "marksplit verify --peer ADDR") || !strings.Contains(stdout.String(), "-underlay-link") {
+			t.Errorf("%q: stdout lacks the usage:\n%s", args, stdout.String())
+		}
+		if stderr.Len() != 0 {
+			t.Errorf("%q: stderr: %q", args, stderr.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--version"}, &stdout, &stderr); code != exitOK || stdout.String() != "marksplit dev\n" {
+		t.Errorf("--version: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}
