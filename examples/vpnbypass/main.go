@@ -31,6 +31,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -96,6 +97,9 @@ func serve(ctx context.Context, o options, log, wlog *slog.Logger) error {
 	return reconcile(ctx, w, a, o.cfg, o.resync, log)
 }
 
+// settleTimeout bounds the wait for the cache to show what a pass applied.
+const settleTimeout = time.Second
+
 // reconcile runs a pass after every change of the cache, and again after
 // a failed pass, until ctx ends.
 func reconcile(ctx context.Context, w *netwatch.Watcher, a *netwatch.Applier, cfg Config, resync time.Duration, log *slog.Logger) error {
@@ -113,27 +117,34 @@ func reconcile(ctx context.Context, w *netwatch.Watcher, a *netwatch.Applier, cf
 		tick = t.C
 	}
 	for {
+		applied, err := pass(w, a, cfg, log)
+		if len(applied) > 0 {
+			settle(ctx, w, cfg, applied)
+		}
+		switch {
+		case err != nil:
+			d := bo.NextBackOff()
+			log.Warn("vpnbypass: pass failed; retrying", "err", err, "in", d)
+			retry.Reset(d)
+		case len(applied) > 0:
+			continue // settle took the notifications: look again now
+		default:
+			bo.Reset()
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick:
-			w.Resync() // its result arrives on Notify
-			continue
+			w.Resync() // its result arrives on Notify; this pass has nothing new
 		case <-w.Notify():
 		case <-retry.C:
 		}
-		if err := pass(w, a, cfg, log); err != nil {
-			d := bo.NextBackOff()
-			log.Warn("vpnbypass: pass failed; retrying", "err", err, "in", d)
-			retry.Reset(d)
-			continue
-		}
-		bo.Reset()
 	}
 }
 
-// pass plans from the cache and applies the plan, logging each change.
-func pass(w *netwatch.Watcher, a *netwatch.Applier, cfg Config, log *slog.Logger) error {
+// pass plans from the cache and applies the plan, logging each change. It
+// returns the operations that succeeded.
+func pass(w *netwatch.Watcher, a *netwatch.Applier, cfg Config, log *slog.Logger) ([]netwatch.Op, error) {
 	var (
 		ops    []netwatch.Op
 		names  map[uint32]string
@@ -153,13 +164,55 @@ func pass(w *netwatch.Watcher, a *netwatch.Applier, cfg Config, log *slog.Logger
 		}
 	})
 	if !synced || err != nil || len(ops) == 0 {
-		return err // not synced: the watcher notifies when it is
+		return nil, err // not synced: the watcher notifies when it is
 	}
 	res, err := a.Apply(ops)
+	var applied []netwatch.Op
 	for _, r := range res {
 		if r.Err == nil {
 			log.Info(describe(r.Op, names))
+			applied = append(applied, r.Op)
 		}
 	}
-	return err
+	return applied, err
+}
+
+// settle waits until the cache shows the operations a pass applied, or
+// settleTimeout. The kernel queues the events of our own changes on the
+// watcher's socket before Apply returns, but the watcher may notify for an
+// event queued ahead of them first: a pass planned from that view would
+// make, and log, the same changes again. If someone undoes a change before
+// the cache ever shows it, the wait times out and the next pass redoes it.
+func settle(ctx context.Context, w *netwatch.Watcher, cfg Config, applied []netwatch.Op) {
+	timeout := time.NewTimer(settleTimeout)
+	defer timeout.Stop()
+	for inFlight(w, cfg, applied) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timeout.C:
+			return
+		case <-w.Notify():
+		}
+	}
+}
+
+// inFlight reports whether a plan made now would repeat one of applied.
+func inFlight(w *netwatch.Watcher, cfg Config, applied []netwatch.Op) bool {
+	again := false
+	w.Read(func(v netwatch.View) {
+		if !v.Synced() {
+			return
+		}
+		ops, err := netwatch.Plan(v, cfg.Desired(v))
+		if err != nil {
+			return
+		}
+		again = slices.ContainsFunc(ops, func(op netwatch.Op) bool {
+			return slices.ContainsFunc(applied, func(a netwatch.Op) bool {
+				return op.Kind == a.Kind && op.Route.Equal(a.Route) && op.Rule.Equal(a.Rule)
+			})
+		})
+	})
+	return again
 }
