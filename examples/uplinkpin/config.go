@@ -15,7 +15,8 @@ import (
 // Defaults. Table and priority 920 collide with nothing known: Cilium uses
 // priorities 1, 8–10, 20, 100, 109–112 and tables 200–202, 2004, 2005,
 // 10+N, 300+N; Tailscale table 52 and priorities 5210–5270; the marksplit
-// agent 900; vpnbypass 910. Protocol 242 is in no iproute2 or daemon list.
+// agent 900 (protocol 109); vpnbypass 910 (241). Protocol 242 is in no
+// iproute2 or daemon list.
 const (
 	defaultTable    = 920
 	defaultPriority = 920

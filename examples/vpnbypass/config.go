@@ -17,7 +17,8 @@ import (
 // Defaults. Table and priority 910 collide with nothing known: Cilium uses
 // priorities 1, 8–10, 20, 100, 109–112 and tables 200–202, 2004, 2005,
 // 10+N, 300+N; Tailscale table 52 and priorities 5210–5270; the marksplit
-// agent 900; uplinkpin 920. Protocol 241 is in no iproute2 or daemon list.
+// agent 900 (protocol 109); uplinkpin 920 (242). Protocol 241 is in no
+// iproute2 or daemon list.
 const (
 	defaultLink     = "tailscale0"
 	defaultMark     = "0x80000/0xff0000" // Tailscale's "this packet is mine" bit
