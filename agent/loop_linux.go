@@ -62,6 +62,9 @@ type reconciler struct {
 
 	mode      mtupolicy.Mode
 	converged atomic.Bool
+
+	// onPass, when set, is told of every pass run makes (for tests).
+	onPass func(passResult)
 }
 
 // subscriptionBuffer is the room for cache events between passes.
@@ -157,7 +160,7 @@ func (r *reconciler) pass() passResult {
 	vd := r.damp.filter(ops, now)
 	for _, f := range vd.fights {
 		r.log.Warn(fmt.Sprintf("fight: another program keeps undoing %q: undone %d times in %s; repairing it with back-off, next in %s",
-			describe(f.op, nil), f.undos, f.since.Round(time.Second), f.next.Round(time.Millisecond)),
+			describe(f.op, nil), f.undos, roundDuration(f.since), roundDuration(f.next)),
 			"object", objectName(f.op), "undone", f.undos)
 	}
 	for _, op := range vd.delayed {
@@ -275,9 +278,22 @@ func (r *reconciler) run(ctx context.Context, modes <-chan mtupolicy.Mode) {
 				continue
 			}
 			burst, burstDue = time.Time{}, time.Time{}
-			wake = r.pass().wake
+			res := r.pass()
+			wake = res.wake
+			if r.onPass != nil {
+				r.onPass(res)
+			}
 		}
 	}
+}
+
+// roundDuration rounds d for a log line: to the millisecond below a
+// second, else to the second.
+func roundDuration(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(time.Second)
 }
 
 // objectName names the object an operation is about, for structured logs.
