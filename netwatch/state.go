@@ -122,7 +122,7 @@ func (v View) Addrs(index uint32) iter.Seq[Addr] {
 			}
 		}
 		slices.SortFunc(as, func(a, b Addr) int {
-			return cmp.Or(cmp.Compare(a.Index, b.Index), a.Prefix.Addr().Compare(b.Prefix.Addr()), cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits()))
+			return cmp.Or(cmp.Compare(a.Index, b.Index), a.Prefix.Addr().Compare(b.Prefix.Addr()), cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits()), a.Peer.Compare(b.Peer))
 		})
 		for _, a := range as {
 			if !yield(a) {

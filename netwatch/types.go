@@ -261,14 +261,16 @@ type Addr struct {
 	Label  string
 }
 
-// AddrKey identifies an address.
+// AddrKey identifies an address. The peer is part of it: IPv4 allows the
+// same local address and prefix length on a link once per peer.
 type AddrKey struct {
 	Index  uint32
 	Prefix netip.Prefix
+	Peer   netip.Addr
 }
 
 // Key returns the address's identity.
-func (a Addr) Key() AddrKey { return AddrKey{a.Index, a.Prefix} }
+func (a Addr) Key() AddrKey { return AddrKey{a.Index, a.Prefix, a.Peer} }
 
 // NextHop is one path of a multipath route.
 type NextHop struct {
