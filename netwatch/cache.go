@@ -4,12 +4,18 @@ package netwatch
 
 import "slices"
 
+// redumps says what the caller must read from the kernel again: the routes
+// of a family (index fi(f)), or the rules (index redumpRules).
+type redumps [3]bool
+
+const redumpRules = 2
+
 // apply applies one decoded event to the state and reports what the caller
-// must do next: whether the cache changed, and which families' routes the
-// kernel may have changed without telling (IPv4 routes vanish silently when
-// their link goes down or their address goes away; link state changes flip
-// linkdown flags and IPv6 route MTUs silently).
-func (s *state) apply(ev *Event) (changed bool, redump [2]bool) {
+// must do next: whether the cache changed, and what the kernel may have
+// changed without telling (IPv4 routes vanish silently when their link goes
+// down or their address goes away; link state changes flip linkdown flags
+// and IPv6 route MTUs silently) or what the event leaves ambiguous.
+func (s *state) apply(ev *Event) (changed bool, redump redumps) {
 	switch ev.Kind {
 	case KindLink:
 		old, had := s.links[ev.Link.Index]
@@ -23,11 +29,11 @@ func (s *state) apply(ev *Event) (changed bool, redump [2]bool) {
 					delete(s.addrs, k)
 				}
 			}
-			return true, [2]bool{true, true}
+			return true, redumps{true, true, false}
 		}
 		s.links[ev.Link.Index] = ev.Link
 		if had && (old.Flags != ev.Link.Flags || old.MTU != ev.Link.MTU || old.OperState != ev.Link.OperState) {
-			redump = [2]bool{true, true}
+			redump[0], redump[1] = true, true
 		}
 		return !had || old != ev.Link, redump
 	case KindAddr:
@@ -54,6 +60,13 @@ func (s *state) apply(ev *Event) (changed bool, redump [2]bool) {
 			}
 			s.rules[fi(ev.Rule.Family)] = slices.Delete(rs, i, i+1)
 			return true, redump
+		}
+		if !ev.dumped && slices.ContainsFunc(rs, func(r Rule) bool { return sameRule(r, ev.Rule) }) {
+			// The kernel allows identical rules, but this may as well be
+			// an event queued during a dump that already showed the rule:
+			// only the kernel can tell.
+			redump[redumpRules] = true
+			return false, redump
 		}
 		// The kernel keeps rules sorted by priority, a new rule after the
 		// others of its priority.
@@ -82,7 +95,7 @@ func sameRoute(a, b Route) bool {
 		len(a.NextHops) == len(b.NextHops)
 }
 
-func (s *state) applyRoute(ev *Event) (changed bool, redump [2]bool) {
+func (s *state) applyRoute(ev *Event) (changed bool, redump redumps) {
 	r := ev.Route
 	f := fi(r.Family)
 	k := r.Key()

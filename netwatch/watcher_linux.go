@@ -67,10 +67,11 @@ const (
 	ResyncReconnect                      // the sockets failed and were reopened
 	ResyncRequested                      // Watcher.Resync was called
 	ResyncRoutes                         // routes re-dumped after a silent kernel change
+	ResyncRules                          // rules re-dumped after an ambiguous rule event
 	numResyncCauses
 )
 
-var resyncNames = [...]string{"initial", "overflow", "interrupted", "reconnect", "requested", "routes"}
+var resyncNames = [...]string{"initial", "overflow", "interrupted", "reconnect", "requested", "routes", "rules"}
 
 func (c ResyncCause) String() string {
 	if c < numResyncCauses {
@@ -284,7 +285,7 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 
 	var batch []Event
 	for {
-		var redump [2]bool
+		var redump redumps
 		var recvErr error
 		batch = batch[:0]
 		for m, err := range mc.ReceiveIter() {
@@ -340,12 +341,17 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 				return err
 			}
 		}
+		if redump[redumpRules] {
+			if err := w.redumpRules(rc); err != nil {
+				return err
+			}
+		}
 	}
 }
 
 // applyBatch applies events to the cache under one lock and tells
 // subscribers.
-func (w *Watcher) applyBatch(batch []Event) (redump [2]bool) {
+func (w *Watcher) applyBatch(batch []Event) (redump redumps) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
@@ -353,8 +359,9 @@ func (w *Watcher) applyBatch(batch []Event) (redump [2]bool) {
 	for i := range batch {
 		ev := &batch[i]
 		changed, rd := w.st.apply(ev)
-		redump[0] = redump[0] || rd[0]
-		redump[1] = redump[1] || rd[1]
+		for i := range redump {
+			redump[i] = redump[i] || rd[i]
+		}
 		if !changed {
 			continue
 		}
@@ -425,7 +432,7 @@ func (w *Watcher) fullSync(rc Conn, cause ResyncCause) error {
 
 // redumpRoutes re-reads the routes of the marked families after a change
 // the kernel makes without events.
-func (w *Watcher) redumpRoutes(rc Conn, fams [2]bool) error {
+func (w *Watcher) redumpRoutes(rc Conn, fams redumps) error {
 	rtnlBarrier(rc)
 	for i, f := range []Family{IPv4, IPv6} {
 		if !fams[i] {
@@ -447,6 +454,31 @@ func (w *Watcher) redumpRoutes(rc Conn, fams [2]bool) error {
 		w.stats.Resyncs[ResyncRoutes]++
 		w.statMu.Unlock()
 	}
+	return nil
+}
+
+// redumpRules re-reads the rules of both families after a rule event the
+// cache could not apply unambiguously.
+func (w *Watcher) redumpRules(rc Conn) error {
+	next := newState()
+	for _, af := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		if err := w.dump(rc, unix.RTM_GETRULE, af, 0, next); err != nil {
+			return err
+		}
+	}
+	w.mu.Lock()
+	if len(w.subs) > 0 {
+		for f := range next.rules {
+			diffRules(w.st.rules[f], next.rules[f], w.publish)
+		}
+	}
+	w.st.rules = next.rules
+	w.st.gen++
+	w.signal(w.st.gen)
+	w.mu.Unlock()
+	w.statMu.Lock()
+	w.stats.Resyncs[ResyncRules]++
+	w.statMu.Unlock()
 	return nil
 }
 
