@@ -105,18 +105,21 @@ func (s *state) applyRoute(ev *Event) (changed bool, redump redumps) {
 	}
 	cur := tb.getAll(k)
 	if ev.Op == EventDel {
-		i := slices.IndexFunc(cur, func(c Route) bool { return sameRoute(c, r) })
+		// Routes sharing a key may share a next hop too (ip route
+		// prepend of one with other metrics): the equal one first.
+		i := slices.IndexFunc(cur, r.Equal)
+		if i < 0 {
+			i = slices.IndexFunc(cur, func(c Route) bool { return sameRoute(c, r) })
+		}
 		switch {
 		case i >= 0:
-		case len(cur) == 1:
-			// One route with this key and the kernel deleted a route
-			// with this key: it is that one, changed silently.
-			i = 0
 		case len(cur) == 0:
 			return false, redump
 		default:
-			// Several candidates and none matches (an IPv6 path
-			// leaving a multipath route): ask the kernel.
+			// None matches: IPv6 removed one path of a multipath route
+			// and announced only that path, or the event was queued
+			// during a dump and the cache holds a later route with this
+			// key. Guessing deletes the wrong one: ask the kernel.
 			redump[f] = true
 			return false, redump
 		}
@@ -137,6 +140,16 @@ func (s *state) applyRoute(ev *Event) (changed bool, redump redumps) {
 		tb.setAll(k, cur)
 	case ev.dumped:
 		tb.setAll(k, append(cur, r))
+	case ev.excl:
+		// NLM_F_EXCL: the kernel had no route with this key. The cache
+		// does, so it is ahead (the event was queued during a dump that
+		// showed a later state) or wrong: ask the kernel, which also
+		// tells subscribers what went.
+		if len(cur) == 1 && cur[0].Equal(r) {
+			return false, redump
+		}
+		redump[f] = true
+		return false, redump
 	case slices.ContainsFunc(cur, r.Equal):
 		return false, redump
 	case r.Family == IPv6:
@@ -147,6 +160,10 @@ func (s *state) applyRoute(ev *Event) (changed bool, redump redumps) {
 		return false, redump
 	case ev.appendRoute:
 		tb.setAll(k, append(cur, r))
+	case ev.prepend:
+		// ip route prepend: a new first route, even beside one with the
+		// same next hop (the kernel's match includes metrics and prefsrc).
+		tb.setAll(k, append([]Route{r}, cur...))
 	default:
 		if i := slices.IndexFunc(cur, func(c Route) bool { return sameRoute(c, r) }); i >= 0 {
 			// The same route with new attributes (a flag or metric the

@@ -123,6 +123,8 @@ func decode(m netlink.Message, tables tableFilter) (Event, error) {
 		ev.Route, err = decodeRoute(m.Data, tables)
 		ev.replace = m.Header.Flags&netlink.Replace != 0
 		ev.appendRoute = m.Header.Flags&netlink.Append != 0
+		ev.excl = m.Header.Flags&netlink.Excl != 0
+		ev.prepend = m.Header.Flags&(netlink.Create|netlink.Excl|netlink.Append|netlink.Replace) == netlink.Create
 	case unix.RTM_NEWRULE, unix.RTM_DELRULE:
 		ev.Kind = KindRule
 		ev.Rule, err = decodeRule(m.Data)

@@ -51,7 +51,8 @@ type Event struct {
 	Route Route
 	Rule  Rule
 	// replace is set on a route event the kernel sent with NLM_F_REPLACE,
-	// appendRoute with NLM_F_APPEND; dumped on a route from a dump, which
-	// lists routes sharing a key in kernel order.
-	replace, appendRoute, dumped bool
+	// appendRoute with NLM_F_APPEND, excl with NLM_F_EXCL (the key had no
+	// route), prepend with NLM_F_CREATE alone (ip route prepend); dumped on
+	// a route from a dump, which lists routes sharing a key in kernel order.
+	replace, appendRoute, excl, prepend, dumped bool
 }

@@ -68,7 +68,7 @@ func (s *Subscription) end(err error) {
 
 // publish sends ev to every subscriber; called with w.mu held for writing.
 func (w *Watcher) publish(ev Event) {
-	ev.replace, ev.appendRoute, ev.dumped = false, false, false
+	ev.replace, ev.appendRoute, ev.excl, ev.prepend, ev.dumped = false, false, false, false, false
 	for s := range w.subs {
 		select {
 		case s.c <- ev:
