@@ -1,0 +1,93 @@
+// Package nltest is a fake rtnetlink kernel for tests, with fault
+// injection, plus helpers that run real-kernel tests in throwaway network
+// namespaces.
+//
+// # The fake kernel
+//
+// New returns a Kernel that looks like a fresh network namespace. Code
+// under test talks to it through FakeConns (Kernel.DialConn): sockets
+// with the methods of netwatch.Conn that carry real rtnetlink messages
+// (encoded with github.com/jsimonetti/rtnetlink/v2) through a real
+// *netlink.Conn, so the library's own sequence checks and error decoding
+// apply. This package cannot import netwatch (netwatch's tests import it),
+// so those tests adapt DialConn to netwatch.Dialer themselves. Tests build state and make "foreign" changes with the Kernel's Go
+// API (AddLink, SetLinkUp, AddRoute, DelRule, …), read it back (Links,
+// Addrs, Routes, Rules), inject faults (InjectENOBUFS, SetDumpIntr,
+// FailNext, FailAll) and inspect what was asked (Requests).
+//
+// The answers were taken from a 6.18 kernel, and TestKernelFaithful checks
+// them against the running kernel by sending both the same requests. The
+// package models Linux and builds only there.
+//
+// # Concurrency
+//
+// A Kernel and its FakeConns are safe for concurrent use: one mutex
+// serializes every change, so events reach all subscribers in the same
+// order. A FakeConn behaves like a *netlink.Conn: a blocked ReceiveIter
+// holds the conn, so a subscriber socket should not also send requests.
+// Nothing starts goroutines; closing every FakeConn (or the Kernel) leaves
+// nothing behind. NetNS pins one locked OS thread per namespace until the
+// test ends.
+//
+// # What is modelled
+//
+//   - Links: index, name, kind, MTU, admin state with the flags and
+//     operational state the kernel reports; RTM_NEWLINK (create with a kind,
+//     set up/down, MTU), RTM_DELLINK, RTM_GETLINK (single and dump).
+//   - Addresses of both families, IPv4 primaries and secondaries, with the
+//     kernel's answers (EEXIST, EADDRNOTAVAIL, ENODEV and their messages).
+//   - Routes of every table and both families, keyed by (family, table,
+//     destination, TOS, metric), IPv6 metric 1024 by default; tables that
+//     exist once something created them (IPv4 none at first, IPv6 main and
+//     local); create, exclusive create (EEXIST), replace, the IPv4 delete
+//     wildcards (scope RT_SCOPE_NOWHERE, metric 0); ENODEV, ENETDOWN,
+//     ESRCH, ENOENT and the validation errors with their messages; strict
+//     dumps filtered by table, protocol, type and output link (ENOENT
+//     for a missing table; every strict route dump carries
+//     NLM_F_DUMP_FILTERED, as the kernel's do); route lookups
+//     (RTM_GETROUTE without a dump) through the rules, with marks, "not",
+//     RTM_F_LOOKUP_TABLE and RTM_F_FIB_MATCH.
+//   - Rules of both families in kernel order, plus the fixed rules of the
+//     multicast-routing families 128 and 129 in dumps; NLM_F_REPLACE adds
+//     a duplicate, NLM_F_EXCL is EEXIST on an identical rule (the kernel
+//     does not compare "not"), a delete removes the first rule matching
+//     what it names, a mark without a mask means mask 0xffffffff.
+//   - Side effects with their events, as the kernel: a link going down
+//     loses its IPv4 routes silently and its IPv6 routes and addresses with
+//     RTM_DELROUTE/RTM_DELADDR; removing an IPv4 address removes its
+//     secondaries and the main-table routes using it as prefsrc (with
+//     events), and when it was the link's last, every IPv4 route through
+//     the link (silently); deleting a link does all of that.
+//   - Multicast to the conns that joined the groups, carrying the
+//     requester's port and sequence (link and IPv6 address events carry 0,
+//     as the kernel's do; the kernel sends a new IPv6 address's event
+//     later, after duplicate address detection, the fake at once),
+//     NLM_F_ECHO; a bounded receive queue sized like
+//     the kernel's (twice the requested buffer, a per-datagram overhead):
+//     an event that does not fit is lost and the next receive fails with
+//     ENOBUFS.
+//   - Replies as the kernel sends them: multi-part dumps in several
+//     datagrams, DONE on its own, errors of dumps in DONE, NLMSG_ERROR
+//     echoing the request with the extended-ack message.
+//
+// # What is not
+//
+// Routes the kernel derives from addresses and link state (prefix, local
+// and broadcast routes, IPv6 link-local addresses, multicast routes),
+// gateway reachability, multipath and nexthop objects, several routes per
+// key (append, prepend), source-specific routes, route metrics other than
+// the MTU, IPv6 duplicate address detection and address lifetimes, link
+// carrier (an up link has carrier), veth peers and link renames, rule
+// actions other than lookup, blackhole, unreachable and prohibit, rule
+// selectors beyond from, to, tos, fwmark, iif and oif. A request that uses
+// something not modelled fails with EOPNOTSUPP and an extended-ack
+// message starting with "nltest:", so a test cannot pass by accident.
+//
+// # Real-kernel tests
+//
+// RequireKernel skips a test that cannot run here (not root, no network
+// namespaces, no ip(8)); MARKSPLIT_KERNEL_TESTS=1 turns the skip into a
+// failure. NewNetNS gives a test a fresh namespace (dial into it with
+// netlink.Config{NetNS: ns.FD()}, inspect it with ns.IP and ns.IPJSON) and
+// removes it when the test ends.
+package nltest
