@@ -2,7 +2,10 @@
 
 package netwatch
 
-import "slices"
+import (
+	"net/netip"
+	"slices"
+)
 
 // redumps says what the caller must read from the kernel again: the routes
 // of a family (index fi(f)), or the rules (index redumpRules).
@@ -44,7 +47,14 @@ func (s *state) apply(ev *Event) (changed bool, redump redumps) {
 				return false, redump
 			}
 			delete(s.addrs, k)
-			redump[0] = FamilyOf(k.Prefix.Addr()) == IPv4
+			// The kernel removes the IPv4 routes that use the address,
+			// and clears it from the IPv6 routes that have it as
+			// prefsrc, without events.
+			if FamilyOf(k.Prefix.Addr()) == IPv4 {
+				redump[0] = true
+			} else {
+				redump[1] = s.usesPrefSrc(IPv6, k.Prefix.Addr())
+			}
 			return true, redump
 		}
 		s.addrs[k] = ev.Addr
@@ -78,6 +88,22 @@ func (s *state) apply(ev *Event) (changed bool, redump redumps) {
 		return true, redump
 	}
 	return false, redump
+}
+
+// usesPrefSrc reports whether a cached route of family f has a as its
+// preferred source.
+func (s *state) usesPrefSrc(f Family, a netip.Addr) bool {
+	for _, tb := range s.tables[fi(f)] {
+		found := false
+		tb.all(func(r Route) bool {
+			found = r.PrefSrc == a
+			return !found
+		})
+		if found {
+			return true
+		}
+	}
+	return false
 }
 
 // sameRule matches a deleted rule to a cached one: Equal, except that
