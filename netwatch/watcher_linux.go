@@ -29,6 +29,9 @@ var groups = []uint32{
 	unix.RTNLGRP_IPV4_IFADDR, unix.RTNLGRP_IPV6_IFADDR,
 	unix.RTNLGRP_IPV4_ROUTE, unix.RTNLGRP_IPV6_ROUTE,
 	unix.RTNLGRP_IPV4_RULE, 19, // RTNLGRP_IPV6_RULE has no constant
+	// Nexthop objects are not cached, but deleting one changes the
+	// routes that use it without route events.
+	unix.RTNLGRP_NEXTHOP,
 }
 
 // maxDumpAttempts bounds the retries of a dump the kernel marked
@@ -293,6 +296,12 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 				recvErr = err
 				break
 			}
+			if m.Header.Type == unix.RTM_DELNEXTHOP {
+				// The kernel flushes the IPv4 routes that used the
+				// object and shrinks the groups it was in, silently.
+				redump[0], redump[1] = true, true
+				continue
+			}
 			ev, err := decode(m, w.tables)
 			if errors.Is(err, errSkip) {
 				continue
@@ -310,7 +319,10 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 			batch = append(batch, ev)
 		}
 		if len(batch) > 0 {
-			redump = w.applyBatch(batch)
+			rd := w.applyBatch(batch)
+			for i := range redump {
+				redump[i] = redump[i] || rd[i]
+			}
 		}
 		switch {
 		case recvErr == nil:
