@@ -56,7 +56,15 @@ func describeRepair(op netwatch.Op, links linkNames) string {
 	if op.Route.Table != netwatch.TableMain {
 		head += " table " + op.Route.Table.String()
 	}
-	now := routeAttrs(op.Route, links)
+	rt := op.Route
+	if rt.MTU == 0 && links != nil {
+		// A repair that removes the MTU gives the route its link's: say
+		// which, as in "dhcp route 10.0.0.0/16 mtu 1450 (was 1355)".
+		if l, ok := links(rt.Index); ok {
+			rt.MTU = l.MTU
+		}
+	}
+	now := routeAttrs(rt, links)
 	if !op.HasWas {
 		return head + " " + render(now[1:])
 	}

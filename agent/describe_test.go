@@ -49,6 +49,8 @@ func TestDescribe(t *testing.T) {
 			"rule 900: not fwmark 0xe00/0xf00 lookup 900"},
 		{netwatch.Op{Kind: netwatch.RouteReplace, Route: mtu(main, 1450), Was: main, HasWas: true, Repair: true},
 			"dhcp route 10.0.0.0/16 mtu 1450 (was 1355)"},
+		{netwatch.Op{Kind: netwatch.RouteReplace, Route: mtu(main, 0), Was: main, HasWas: true, Repair: true},
+			"dhcp route 10.0.0.0/16 mtu 1450 (was 1355)"},
 		{netwatch.Op{Kind: netwatch.RouteReplace, Route: mtu(table, 1420), Was: table, HasWas: true},
 			"table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1420 (was 1355)"},
 		{netwatch.Op{Kind: netwatch.RouteReplace, Route: other, Was: table, HasWas: true},
