@@ -82,7 +82,9 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 		case cmdRun, cmdOnce, cmdPlan, cmdCleanup, cmdVerify:
 		case "help":
 			fmt.Fprint(help, usageText)
-			newFlagSet(&options{cmd: cmdVerify, policy: mtupolicy.DefaultConfig()}, getenv).PrintDefaults()
+			fs := newFlagSet(&options{cmd: cmdVerify, policy: mtupolicy.DefaultConfig()}, getenv)
+			fs.SetOutput(help)
+			fs.PrintDefaults()
 			return o, flag.ErrHelp
 		default:
 			return o, usageErrorf("unknown command %q (want run, once, plan, cleanup or verify)", o.cmd)

@@ -405,3 +405,49 @@ func metricValue(t *testing.T, m *metrics, name, label string) float64 {
 	t.Fatalf("no metric %s{%q}", name, label)
 	return 0
 }
+
+// The periodic safety resync asks the watcher for full dumps; a resync
+// that finds nothing new changes and says nothing.
+func TestLoopPeriodicResync(t *testing.T) {
+	k, _, _ := seedKernel(t)
+	h := newHarness(t, k)
+	h.r.resyncEvery = 20 * time.Millisecond
+	h.start()
+	h.modes <- mtupolicy.ModeOn
+	h.waitConverged()
+	h.takeLines()
+	deadline := time.Now().Add(5 * time.Second)
+	for h.w.Stats().Resyncs[netwatch.ResyncRequested] < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("resyncs: %v, want 3 requested", h.w.Stats().Resyncs)
+		}
+		h.waitPass("after a resync", func(passResult) bool { return true })
+	}
+	if got := h.takeLines(); len(got) != 0 {
+		t.Errorf("resyncs said %q", got)
+	}
+}
+
+// IPv6 routes are split with their metric, and the IPv6 rule is named so.
+func TestLoopIPv6(t *testing.T) {
+	k, enp, _ := seedKernel(t)
+	must(t, k.AddAddr(enp, netip.MustParsePrefix("fd00::5/64")))
+	must(t, k.AddRoute(nltest.Route{Dst: netip.MustParsePrefix("fd00:1::/48"), Gateway: netip.MustParseAddr("fd00::1"),
+		Index: enp, Protocol: unix.RTPROT_STATIC}))
+	h := newHarness(t, k)
+	h.r.desire = policyDesire(mtupolicy.Config{TunnelLink: "cilium_wg0", Mark: 0xe00, Mask: 0xf00, Table: 900,
+		Priority: 900, Protocol: 109, Repair: true,
+		Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("fd00::/16")}})
+	h.start()
+	h.modes <- mtupolicy.ModeOn
+	h.waitConverged()
+	lines := h.takeLines()
+	for _, want := range []string{
+		"table 900: fd00:1::/48 via fd00::1 dev enp7s0 src fd00::5 metric 1024 mtu 1355",
+		"rule 900 (inet6): not fwmark 0xe00/0xf00 lookup 900",
+	} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("no line %q in %q", want, lines)
+		}
+	}
+}
