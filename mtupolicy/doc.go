@@ -1,0 +1,37 @@
+// Package mtupolicy decides which routes and rules give host traffic the
+// tunnel MTU while the encrypting link's own packets keep the interface MTU:
+// a pure function from a netwatch.View, a Config and the node's encryption
+// Mode to a netwatch.Desired, which netwatch.Plan turns into operations.
+//
+// # The split
+//
+// Cilium sends host traffic to other nodes through its WireGuard link, whose
+// MTU is smaller than the underlay's, and marks WireGuard's own UDP with
+// 0xe00/0xf00. The policy copies each selected main-table route into its
+// own table with the tunnel MTU, and adds one rule per family,
+// "not fwmark 0xe00/0xf00 lookup 900": every unmarked packet finds the copy
+// (tunnel MTU), and the marked WireGuard packets fall through to the main
+// table (interface MTU). Routes lowered to the tunnel MTU by the older
+// approach of editing the main route are put back (a repair).
+//
+// # Ownership
+//
+// The policy owns its table and its rule priority in both families: Plan
+// removes whatever it finds there that the policy does not want, and never
+// removes anything else. The only foreign routes it changes are its repairs.
+// Off, or with the tunnel link gone, the owned scope is emptied. With the
+// mode unknown (no good read yet), Desired says so and nothing is planned.
+//
+// # Concurrency
+//
+// Everything here is a pure function of its arguments: no I/O, no clock, no
+// logging, no state. It builds and runs on any OS.
+//
+// # Debugging
+//
+// `marksplit plan` prints the operations a pass would make, without making
+// them. Everything the policy installs carries Config.Protocol
+// (DefaultProtocol, 109): `ip route show table all proto 109` lists its
+// routes (throw routes included), and `ip rule` prints "proto 109" on its
+// rules.
+package mtupolicy

@@ -1,0 +1,317 @@
+package mtupolicy
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	"github.com/marksplit/marksplit/netwatch"
+)
+
+// Mode is the node's encryption mode, as far as the caller knows it.
+type Mode int
+
+// Modes.
+const (
+	// ModeUnknown: no good read of the mode yet. Nothing may be edited.
+	ModeUnknown Mode = iota
+	// ModeOn: the node encrypts; split the selected routes.
+	ModeOn
+	// ModeOff: the node is opted out; remove everything owned.
+	ModeOff
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeUnknown:
+		return "unknown"
+	case ModeOn:
+		return "on"
+	case ModeOff:
+		return "off"
+	}
+	return "unknown(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Desired returns the state cfg wants for v in mode. ok is false when
+// nothing may be edited at all: the mode is unknown, the view is not
+// synced, or cfg is not valid. The caller must then not plan.
+//
+// Off, or the tunnel link missing (or at MTU 0): the owned scope and
+// nothing else, so Plan removes every route in the table and every rule at
+// the priority.
+//
+// On, with the tunnel link present, per family:
+//
+//   - Each selected main-table route gets a table route: same destination,
+//     source prefix, tos, metric, gateway, output link, scope and
+//     route flags; type unicast; src from the route's own prefsrc, else
+//     the output link's primary address inside the destination, else the
+//     one whose subnet holds the gateway, else its first global one; the
+//     tunnel link's live MTU; cfg.Protocol. Where several main routes
+//     share a key (ip route append), only the first, the one the kernel
+//     uses, counts.
+//   - A main-table route that is not split but lies inside (or equals the
+//     destination of) a table route gets a throw route with its key, so
+//     that unmarked packets for it fall through to the main table instead
+//     of taking the covering table route: a more specific route out of
+//     another link, or out of the tunnel link itself, keeps working.
+//   - One rule, not fwmark Mark/Mask lookup Table, when the family has
+//     table routes.
+//   - With cfg.Repair, each selected main route whose MTU equals the tunnel
+//     MTU gets its output link's MTU back, as an explicit MTU (a repair); a
+//     route with any other MTU, or none, is left alone.
+//
+// Selected means: table main, type unicast, single path (no multipath, no
+// nexthop object) with an output link, a gateway of its own family if any,
+// not the default route, not a link-local or multicast destination (Cilium
+// never encrypts those), not out of the tunnel link; and either its
+// destination equals or lies inside one of cfg.Prefixes, or its output
+// link is cfg.UnderlayLink.
+//
+// Metrics: a table route keeps its main route's metric (an IPv6 metric 0
+// is what the kernel stores as 1024). Keys then map one to one, so two main
+// routes to one destination with different metrics (a primary and a
+// backup path) keep their order in the table, and a key stays put as long
+// as the main route does.
+//
+// Multipath routes (RTA_MULTIPATH or a nexthop object) are not split and
+// not repaired: their paths may leave through different links with
+// different MTUs and addresses, so no single table route mirrors them. They
+// keep working at the interface MTU through the main table, and, when a
+// table route covers them, a throw route sends their packets there.
+func Desired(v netwatch.View, cfg Config, mode Mode) (d netwatch.Desired, ok bool) {
+	if mode != ModeOn && mode != ModeOff || !v.Synced() || cfg.Validate() != nil {
+		return netwatch.Desired{}, false
+	}
+	d.Own = cfg.owned()
+	if mode == ModeOff {
+		return d, true
+	}
+	tun, ok := v.LinkByName(cfg.TunnelLink)
+	if !ok || tun.MTU == 0 {
+		return d, true
+	}
+	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
+		cfg.family(v, f, tun, &d)
+	}
+	return d, true
+}
+
+func (c Config) owned() netwatch.Owned {
+	return netwatch.Owned{
+		Tables: []netwatch.OwnedTable{
+			{Family: netwatch.IPv4, Table: c.Table},
+			{Family: netwatch.IPv6, Table: c.Table},
+		},
+		Priorities: []netwatch.OwnedPriority{
+			{Family: netwatch.IPv4, Priority: c.Priority},
+			{Family: netwatch.IPv6, Priority: c.Priority},
+		},
+	}
+}
+
+// rule is the rule for family f exactly as the kernel reports it back:
+// FRA_SUPPRESS_PREFIXLEN comes back as -1, which is unset.
+func (c Config) rule(f netwatch.Family) netwatch.Rule {
+	return netwatch.Rule{
+		Family:   f,
+		Priority: c.Priority,
+		Table:    c.Table,
+		Action:   netwatch.ActionToTable,
+		Invert:   true,
+		Mark:     c.Mark,
+		Mask:     c.Mask,
+		Protocol: c.Protocol,
+	}
+}
+
+func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *netwatch.Desired) {
+	// The first route of each key: the one the kernel uses.
+	seen := make(map[netwatch.RouteKey]bool)
+	var mains []netwatch.Route
+	for r := range v.Routes(f, netwatch.TableMain) {
+		if k := r.Key(); !seen[k] {
+			seen[k] = true
+			mains = append(mains, v.Route(k)[0])
+		}
+	}
+	slices.SortFunc(mains, compareRoutes)
+
+	var split, rest []netwatch.Route
+	keys := make(map[netwatch.RouteKey]bool)
+	for _, r := range mains {
+		out, ok := c.selects(v, r, tun)
+		if !ok {
+			rest = append(rest, r)
+			continue
+		}
+		t := netwatch.Route{
+			Family:   r.Family,
+			Table:    c.Table,
+			Dst:      r.Dst,
+			Src:      r.Src,
+			TOS:      r.TOS,
+			Metric:   metric(r),
+			Gateway:  r.Gateway,
+			Index:    r.Index,
+			PrefSrc:  prefSrc(v, r),
+			MTU:      tun.MTU,
+			Protocol: c.Protocol,
+			Scope:    r.Scope,
+			Type:     netwatch.RouteUnicast,
+			Flags:    r.Flags &^ netwatch.KernelRouteFlags,
+		}
+		if keys[t.Key()] {
+			continue // an IPv6 metric 0 next to 1024: the first wins
+		}
+		keys[t.Key()] = true
+		split = append(split, t)
+		if c.Repair && r.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU {
+			fix := r
+			fix.MTU = out.MTU
+			fix.Flags &^= netwatch.KernelRouteFlags
+			d.Repairs = append(d.Repairs, fix)
+		}
+	}
+	if len(split) == 0 {
+		return
+	}
+	lo := loopback(v)
+	var throws []netwatch.Route
+	for _, m := range rest {
+		t := netwatch.Route{
+			Family:   m.Family,
+			Table:    c.Table,
+			Dst:      m.Dst,
+			Src:      m.Src,
+			TOS:      m.TOS,
+			Metric:   metric(m),
+			Protocol: c.Protocol,
+			Scope:    netwatch.ScopeUniverse,
+			Type:     netwatch.RouteThrow,
+		}
+		if f == netwatch.IPv6 {
+			t.Index = lo // the kernel hangs IPv6 throw routes on lo and says so
+		}
+		if keys[t.Key()] || !slices.ContainsFunc(split, func(s netwatch.Route) bool { return covers(s.Dst, m.Dst) }) {
+			continue
+		}
+		keys[t.Key()] = true
+		throws = append(throws, t)
+	}
+	d.Routes = append(d.Routes, split...)
+	d.Routes = append(d.Routes, throws...)
+	d.Rules = append(d.Rules, c.rule(f))
+}
+
+// selects reports whether the main-table route r is split, and its
+// output link.
+func (c Config) selects(v netwatch.View, r netwatch.Route, tun netwatch.Link) (netwatch.Link, bool) {
+	switch {
+	case r.Type != netwatch.RouteUnicast, r.Dst.Bits() == 0, r.NextHops != nil, r.NHID != 0, r.Index == 0,
+		r.Index == tun.Index, r.Gateway.IsValid() && r.Gateway.Is4() != (r.Family == netwatch.IPv4),
+		unencrypted(r.Dst):
+		return netwatch.Link{}, false
+	}
+	out, ok := v.Link(r.Index)
+	if !ok {
+		return netwatch.Link{}, false
+	}
+	if c.UnderlayLink != "" && out.Name == c.UnderlayLink {
+		return out, true
+	}
+	for _, p := range c.Prefixes {
+		if covers(p, r.Dst) {
+			return out, true
+		}
+	}
+	return netwatch.Link{}, false
+}
+
+// covers reports whether p equals or contains q.
+func covers(p, q netip.Prefix) bool {
+	return p.Bits() <= q.Bits() && p.Contains(q.Addr())
+}
+
+var unencryptedRanges = []netip.Prefix{
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("ff00::/8"),
+}
+
+// unencrypted reports whether dst is link-local or multicast.
+func unencrypted(dst netip.Prefix) bool {
+	return slices.ContainsFunc(unencryptedRanges, func(p netip.Prefix) bool { return covers(p, dst) })
+}
+
+func metric(r netwatch.Route) uint32 {
+	if r.Family == netwatch.IPv6 && r.Metric == 0 {
+		return 1024
+	}
+	return r.Metric
+}
+
+// Address flags that disqualify an address as a route's source.
+const (
+	ifaSecondary = 0x01 // IFA_F_SECONDARY; IFA_F_TEMPORARY in IPv6
+	ifaDADFailed = 0x08 // IFA_F_DADFAILED
+	ifaTentative = 0x40 // IFA_F_TENTATIVE
+)
+
+// prefSrc returns the source address for the table route made from r: its
+// own prefsrc, else the output link's primary address of r's family inside
+// r's destination, else the one whose subnet holds the gateway, else the
+// first global one. Lowest first; none (the kernel chooses) when the link
+// has no usable address.
+func prefSrc(v netwatch.View, r netwatch.Route) netip.Addr {
+	if r.PrefSrc.IsValid() {
+		return r.PrefSrc
+	}
+	var inDst, byGW, global netip.Addr
+	for a := range v.Addrs(r.Index) {
+		ip := a.Prefix.Addr().Unmap()
+		if ip.Is4() != (r.Family == netwatch.IPv4) || a.Flags&(ifaSecondary|ifaDADFailed|ifaTentative) != 0 {
+			continue
+		}
+		if !inDst.IsValid() && r.Dst.Contains(ip) {
+			inDst = ip
+		}
+		if a.Scope != netwatch.ScopeUniverse || ip.IsLinkLocalUnicast() {
+			continue
+		}
+		if !byGW.IsValid() && r.Gateway.IsValid() && a.Prefix.Masked().Contains(r.Gateway) {
+			byGW = ip
+		}
+		if !global.IsValid() {
+			global = ip
+		}
+	}
+	switch {
+	case inDst.IsValid():
+		return inDst
+	case byGW.IsValid():
+		return byGW
+	}
+	return global
+}
+
+// loopback returns the index of the loopback link, or 0.
+func loopback(v netwatch.View) uint32 {
+	const iffLoopback = 0x8
+	for l := range v.Links() {
+		if l.Flags&iffLoopback != 0 || l.Name == "lo" {
+			return l.Index
+		}
+	}
+	return 0
+}
+
+func compareRoutes(a, b netwatch.Route) int {
+	return cmp.Or(
+		a.Dst.Addr().Compare(b.Dst.Addr()), cmp.Compare(a.Dst.Bits(), b.Dst.Bits()),
+		a.Src.Addr().Compare(b.Src.Addr()), cmp.Compare(a.Src.Bits(), b.Src.Bits()),
+		cmp.Compare(a.TOS, b.TOS), cmp.Compare(a.Metric, b.Metric))
+}

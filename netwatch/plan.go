@@ -1,0 +1,545 @@
+package netwatch
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// ErrNotSynced is the error of Plan for a view that is not synced. A failed
+// or partial listing is never read as "nothing there": nothing is planned,
+// so nothing is removed.
+var ErrNotSynced = errors.New("view not synced")
+
+// KernelRouteFlags are the route and next-hop flags the kernel sets on its
+// own: a route whose link lost carrier is linkdown, one whose link went down
+// is dead, offload and trap come from hardware, unresolved from the
+// neighbour state, and RTM_F_PREFIX marks IPv6 prefix routes. A desired
+// route never carries them (the kernel refuses dead and linkdown in a
+// request), so Plan ignores them when it compares a desired route with the
+// kernel's and strips them from the routes it asks the kernel to install.
+const KernelRouteFlags = RouteDead | RouteOffload | RouteLinkdown | RouteUnresolved | RouteTrap |
+	rtmFPrefix | rtmFOffloadFailed
+
+const (
+	rtmFPrefix        RouteFlags = 0x800      // RTM_F_PREFIX
+	rtmFOffloadFailed RouteFlags = 0x20000000 // RTM_F_OFFLOAD_FAILED
+)
+
+// Plan returns the operations that take the kernel from v to d. It is pure:
+// no I/O, no clock, no logging.
+//
+// It fails, planning nothing, when v is not synced (ErrNotSynced) and when
+// d is inconsistent: a desired route outside the owned tables of its family,
+// a desired rule outside the owned priorities of its family, a repair inside
+// them, two different routes with one key, or two rules the kernel cannot
+// hold side by side.
+//
+// Routes. A desired route whose key holds an equal route (ignoring
+// KernelRouteFlags) needs nothing; otherwise it is a RouteReplace, with Was
+// set to the route it replaces. Every other route in an owned table is a
+// RouteDelete: the routes whose key is not desired, and the extra routes
+// appended to a desired key.
+//
+// Rules. At each owned priority, each desired rule is kept once if an equal
+// rule exists and added otherwise; every other rule there is deleted, one
+// RuleDelete per instance: other marks, rules without "not", other tables,
+// rules with undecoded attributes, and the duplicates of a desired rule.
+//
+// Repairs. A repair whose key holds a route that differs is a RouteReplace
+// with Repair set; a repair whose key is empty is nothing.
+//
+// Order: make before break. First the desired routes (the table is complete
+// before the rule sends traffic to it; more specific prefixes first, so a
+// covering route never catches, even briefly, traffic that a more specific
+// route or throw is about to claim); then the rule adds; then the repairs
+// (a foreign route changes only once the owned routes and rule that take
+// over from it are in place); then the rule deletes; then the route deletes.
+// Rule deletes precede route deletes so that a table is never consulted
+// while it is half emptied: a lookup in an empty table falls through to the
+// next rule, which is harmless, but a partly emptied one still answers for
+// the destinations it has left, with a covering route where a more specific
+// route or throw has already gone. Removing the rule first takes the whole
+// table out of the path at once. Within each group the order is by family,
+// then table or priority, then key (routes) or kernel order (rules).
+//
+// Plan models what the kernel does with Apply's requests (rules added with
+// NLM_F_EXCL, deleted with every attribute they have; routes replaced and
+// deleted by key and attributes, scope and MTU as wildcards) and picks
+// an order under which one pass converges. The kernel's rule lookups
+// ignore "not": an exclusive add of "not fwmark M lookup T" fails with
+// EEXIST while "fwmark M lookup T" exists. And a delete removes the first
+// rule that agrees with every attribute the request sets, so deleting a
+// stray "lookup T" removes the first rule at that priority that looks up T,
+// which may be the desired one. Where that would happen, Plan deletes the
+// conflicting strays before the adds, or, when a stray would shadow a kept
+// rule, deletes every rule at that priority in kernel order and adds the
+// desired ones again; those deletes then come with the rule adds. Extra
+// routes appended to a desired key are handled the same way. Rules at one
+// priority are added in the order given; Plan does not reorder rules the
+// kernel already holds.
+func Plan(v View, d Desired) ([]Op, error) {
+	if !v.Synced() {
+		return nil, fmt.Errorf("netwatch: plan: %w", ErrNotSynced)
+	}
+	p, err := newPlanner(d)
+	if err != nil {
+		return nil, fmt.Errorf("netwatch: plan: %w", err)
+	}
+	p.planRoutes(v)
+	p.planRules(v)
+	p.planRepairs(v)
+	return p.ops(), nil
+}
+
+type planner struct {
+	tables  map[OwnedTable]bool
+	prios   map[OwnedPriority]bool
+	routes  map[RouteKey]Route
+	rules   map[OwnedPriority][]Rule // deduplicated, in the order given
+	repairs map[RouteKey]Route
+
+	replaces []opGroup // desired routes, with any deletes they need first
+	ruleAdds []opGroup // rule adds, with any deletes they need first
+	fixes    []Op      // repairs
+	ruleDels []opGroup
+	routeDel []Op
+}
+
+// opGroup is the operations for one route key or one rule priority, in
+// the order they must run.
+type opGroup struct {
+	key  RouteKey      // route groups
+	prio OwnedPriority // rule groups
+	ops  []Op
+}
+
+func newPlanner(d Desired) (*planner, error) {
+	p := &planner{
+		tables:  make(map[OwnedTable]bool),
+		prios:   make(map[OwnedPriority]bool),
+		routes:  make(map[RouteKey]Route),
+		rules:   make(map[OwnedPriority][]Rule),
+		repairs: make(map[RouteKey]Route),
+	}
+	for _, t := range d.Own.Tables {
+		if err := checkFamily(t.Family); err != nil {
+			return nil, fmt.Errorf("owned table %v: %w", t.Table, err)
+		}
+		p.tables[t] = true
+	}
+	for _, o := range d.Own.Priorities {
+		if err := checkFamily(o.Family); err != nil {
+			return nil, fmt.Errorf("owned priority %d: %w", o.Priority, err)
+		}
+		p.prios[o] = true
+	}
+	for _, r := range d.Routes {
+		if err := checkRoute(r); err != nil {
+			return nil, err
+		}
+		if !p.tables[OwnedTable{r.Family, r.Table}] {
+			return nil, fmt.Errorf("%v route %v: table %v is not owned", r.Family, r, r.Table)
+		}
+		if o, ok := p.routes[r.Key()]; ok && !routesMatch(o, r) {
+			return nil, fmt.Errorf("%v routes %v and %v: one key, two routes", r.Family, o, r)
+		}
+		p.routes[r.Key()] = r
+	}
+	for _, r := range d.Rules {
+		o := OwnedPriority{r.Family, r.Priority}
+		if err := checkFamily(r.Family); err != nil {
+			return nil, fmt.Errorf("rule %v: %w", r, err)
+		}
+		if !p.prios[o] {
+			return nil, fmt.Errorf("%v rule %v: priority %d is not owned", r.Family, r, r.Priority)
+		}
+		if r.Unknown {
+			return nil, fmt.Errorf("%v rule %v: a desired rule cannot have undecoded attributes", r.Family, r)
+		}
+		if slices.ContainsFunc(p.rules[o], r.Equal) {
+			continue
+		}
+		for _, w := range p.rules[o] {
+			if ruleAddCollides(r, w) || ruleAddCollides(w, r) {
+				return nil, fmt.Errorf("%v rules %v and %v: the kernel holds only one of them", r.Family, w, r)
+			}
+		}
+		p.rules[o] = append(p.rules[o], r)
+	}
+	for _, r := range d.Repairs {
+		if err := checkRoute(r); err != nil {
+			return nil, fmt.Errorf("repair: %w", err)
+		}
+		if p.tables[OwnedTable{r.Family, r.Table}] {
+			return nil, fmt.Errorf("repair of %v route %v: table %v is owned", r.Family, r, r.Table)
+		}
+		if o, ok := p.repairs[r.Key()]; ok && !routesMatch(o, r) {
+			return nil, fmt.Errorf("repairs of %v routes %v and %v: one key, two routes", r.Family, o, r)
+		}
+		p.repairs[r.Key()] = r
+	}
+	return p, nil
+}
+
+func checkFamily(f Family) error {
+	if f != IPv4 && f != IPv6 {
+		return fmt.Errorf("family %v", f)
+	}
+	return nil
+}
+
+func checkRoute(r Route) error {
+	if err := checkFamily(r.Family); err != nil {
+		return fmt.Errorf("route %v: %w", r, err)
+	}
+	is4 := r.Family == IPv4
+	if !r.Dst.IsValid() || r.Dst != r.Dst.Masked() || r.Dst.Addr().Is4() != is4 {
+		return fmt.Errorf("%v route %v: destination is not a masked %v prefix", r.Family, r, r.Family)
+	}
+	if r.Src.IsValid() && (r.Src != r.Src.Masked() || r.Src.Addr().Is4() != is4) {
+		return fmt.Errorf("%v route %v: source is not a masked %v prefix", r.Family, r, r.Family)
+	}
+	if r.Family == IPv6 && r.Metric == 0 {
+		// The kernel stores metric 0 as 1024: the route would never be
+		// found under its own key.
+		return fmt.Errorf("%v route %v: metric 0 (the kernel makes it 1024)", r.Family, r)
+	}
+	return nil
+}
+
+// clean strips KernelRouteFlags from r and its next hops.
+func clean(r Route) Route {
+	r.Flags &^= KernelRouteFlags
+	if r.NextHops != nil {
+		nhs := slices.Clone(r.NextHops)
+		for i := range nhs {
+			nhs[i].Flags &^= KernelRouteFlags
+		}
+		r.NextHops = nhs
+	}
+	return r
+}
+
+// routesMatch reports whether a desired route and a kernel route are the
+// same, ignoring KernelRouteFlags.
+func routesMatch(want, got Route) bool {
+	return clean(want).Equal(clean(got))
+}
+
+func (p *planner) planRoutes(v View) {
+	keys := make(map[RouteKey]bool)
+	for t := range p.tables {
+		for r := range v.Routes(t.Family, t.Table) {
+			keys[r.Key()] = true
+		}
+	}
+	for k := range p.routes {
+		keys[k] = true
+	}
+	for k := range keys {
+		cur := v.Route(k)
+		want, ok := p.routes[k]
+		if !ok {
+			// Deleting in kernel order removes the first route with the
+			// key each time: the one named.
+			for _, r := range cur {
+				p.routeDel = append(p.routeDel, Op{Kind: RouteDelete, Route: r})
+			}
+			continue
+		}
+		p.planKey(k, cur, want)
+	}
+}
+
+// planKey plans a desired key: keep or replace, and delete the extras.
+func (p *planner) planKey(k RouteKey, cur []Route, want Route) {
+	want = clean(want)
+	var first, dels []Op
+	if i := slices.IndexFunc(cur, func(r Route) bool { return routesMatch(want, r) }); i >= 0 {
+		for j, r := range cur {
+			if j != i {
+				dels = append(dels, Op{Kind: RouteDelete, Route: r})
+			}
+		}
+	} else {
+		op := Op{Kind: RouteReplace, Route: want}
+		if len(cur) > 0 {
+			op.Was, op.HasWas = cur[0], true
+			for _, r := range cur[1:] {
+				dels = append(dels, Op{Kind: RouteDelete, Route: r})
+			}
+		}
+		first = append(first, op)
+	}
+	if got := simulateRoutes(cur, append(slices.Clone(first), dels...)); len(got) == 1 && routesMatch(want, got[0]) {
+		if len(first) > 0 {
+			p.replaces = append(p.replaces, opGroup{key: k, ops: first})
+		}
+		p.routeDel = append(p.routeDel, dels...)
+		return
+	}
+	// An extra route names fewer attributes than the desired route ahead
+	// of it, so deleting it would remove the desired one: delete every
+	// route with the key in kernel order, then add the desired one.
+	var ops []Op
+	for _, r := range cur {
+		ops = append(ops, Op{Kind: RouteDelete, Route: r})
+	}
+	ops = append(ops, Op{Kind: RouteReplace, Route: want})
+	p.replaces = append(p.replaces, opGroup{key: k, ops: ops})
+}
+
+// simulateRoutes applies route operations to the routes of one key, the
+// way the kernel does: a replace replaces the first route, a delete removes
+// the first route that matches what it names.
+func simulateRoutes(cur []Route, ops []Op) []Route {
+	rs := slices.Clone(cur)
+	for _, op := range ops {
+		switch op.Kind {
+		case RouteReplace:
+			if len(rs) == 0 {
+				rs = append(rs, op.Route)
+			} else {
+				rs[0] = op.Route
+			}
+		case RouteDelete:
+			if i := slices.IndexFunc(rs, func(r Route) bool { return routeDeleteHits(op.Route, r) }); i >= 0 {
+				rs = slices.Delete(rs, i, i+1)
+			}
+		}
+	}
+	return rs
+}
+
+// routeDeleteHits reports whether a delete request for del, as Apply sends
+// it, may remove r, a route with the same key. The kernel compares only the
+// attributes the request sets; Apply sends the scope as the wildcard and no
+// metrics. The model errs towards matching: a route it says is hit may in
+// fact be spared, never the reverse.
+func routeDeleteHits(del, r Route) bool {
+	switch {
+	case del.Key() != r.Key():
+		return false
+	case del.Type != RouteUnspec && del.Type != r.Type:
+		return false
+	case del.Gateway.IsValid() && del.Gateway != r.Gateway:
+		return false
+	case del.Index != 0 && del.Index != r.Index:
+		return false
+	case del.PrefSrc.IsValid() && del.PrefSrc != r.PrefSrc:
+		return false
+	case del.Protocol != 0 && del.Protocol != r.Protocol:
+		return false
+	case del.NHID != 0 && del.NHID != r.NHID:
+		return false
+	case del.NextHops != nil && !slices.Equal(clean(del).NextHops, clean(r).NextHops):
+		return false
+	}
+	return true
+}
+
+func (p *planner) planRules(v View) {
+	for o := range p.prios {
+		var cur []Rule
+		for r := range v.Rules(o.Family) {
+			if r.Priority == o.Priority {
+				cur = append(cur, r)
+			}
+		}
+		p.planPriority(o, cur, p.rules[o])
+	}
+}
+
+// planPriority plans the rules at one owned priority.
+func (p *planner) planPriority(o OwnedPriority, cur, want []Rule) {
+	kept := make([]bool, len(cur))
+	var missing []Rule
+	for _, w := range want {
+		// The desired rules are pairwise different, so each keeps its
+		// own instance: the first one the kernel holds.
+		if i := slices.IndexFunc(cur, w.Equal); i >= 0 {
+			kept[i] = true
+		} else {
+			missing = append(missing, w)
+		}
+	}
+	var adds, strays, all, readd []Op
+	for _, w := range missing {
+		adds = append(adds, Op{Kind: RuleAdd, Rule: w})
+	}
+	for i, r := range cur {
+		del := Op{Kind: RuleDelete, Rule: r}
+		all = append(all, del)
+		if !kept[i] {
+			strays = append(strays, del)
+		}
+	}
+	if len(adds) == 0 && len(strays) == 0 {
+		return
+	}
+	for _, w := range want {
+		readd = append(readd, Op{Kind: RuleAdd, Rule: w})
+	}
+	ok := func(ops ...[]Op) bool { return rulesAre(simulateRules(cur, slices.Concat(ops...)), want) }
+	switch {
+	case ok(adds, strays):
+		// Make before break: the adds go with the adds, the deletes
+		// with the deletes.
+		if len(adds) > 0 {
+			p.ruleAdds = append(p.ruleAdds, opGroup{prio: o, ops: adds})
+		}
+		if len(strays) > 0 {
+			p.ruleDels = append(p.ruleDels, opGroup{prio: o, ops: strays})
+		}
+	case ok(strays, adds):
+		// A stray makes an add fail with EEXIST: it goes first.
+		p.ruleAdds = append(p.ruleAdds, opGroup{prio: o, ops: slices.Concat(strays, adds)})
+	default:
+		// A stray shadows a kept rule: start the priority afresh.
+		p.ruleAdds = append(p.ruleAdds, opGroup{prio: o, ops: slices.Concat(all, readd)})
+	}
+}
+
+// rulesAre reports whether rs holds each rule of want exactly once and
+// nothing else.
+func rulesAre(rs, want []Rule) bool {
+	if len(rs) != len(want) {
+		return false
+	}
+	for _, w := range want {
+		if n := len(slices.DeleteFunc(slices.Clone(rs), func(r Rule) bool { return !r.Equal(w) })); n != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// simulateRules applies rule operations to the rules at one priority, the
+// way the kernel does: an exclusive add of a rule that collides is a no-op
+// (EEXIST), a new rule goes after the others at its priority, and a delete
+// removes the first rule that matches what it names.
+func simulateRules(cur []Rule, ops []Op) []Rule {
+	rs := slices.Clone(cur)
+	for _, op := range ops {
+		switch op.Kind {
+		case RuleAdd:
+			if !slices.ContainsFunc(rs, func(r Rule) bool { return ruleAddCollides(op.Rule, r) }) {
+				rs = append(rs, op.Rule)
+			}
+		case RuleDelete:
+			if i := slices.IndexFunc(rs, func(r Rule) bool { return ruleDeleteHits(op.Rule, r) }); i >= 0 {
+				rs = slices.Delete(rs, i, i+1)
+			}
+		}
+	}
+	return rs
+}
+
+// ruleDeleteHits reports whether a delete request naming every set
+// attribute of del matches r, as the kernel's rule_find decides: an
+// attribute the request leaves unset matches anything; "not" (a header
+// flag) and the goto target are not compared. Undecoded attributes of an
+// Unknown rule are not sent, so they match anything too.
+func ruleDeleteHits(del, r Rule) bool {
+	return del.Family == r.Family && del.Priority == r.Priority &&
+		(del.Action == ActionUnspec || del.Action == r.Action) &&
+		(del.Table == 0 || del.Table == r.Table) &&
+		(del.IIF == "" || del.IIF == r.IIF) &&
+		(del.OIF == "" || del.OIF == r.OIF) &&
+		(del.Mark == 0 || del.Mark == r.Mark) &&
+		(del.Mask == 0 || del.Mask == r.Mask) &&
+		(!del.SuppressIfGroup.Set || del.SuppressIfGroup == r.SuppressIfGroup) &&
+		(!del.SuppressPrefixLen.Set || del.SuppressPrefixLen == r.SuppressPrefixLen) &&
+		(del.TunID == 0 || del.TunID == r.TunID) &&
+		(del.L3MDev == 0 || del.L3MDev == r.L3MDev) &&
+		(!del.UID.Set || del.UID == r.UID) &&
+		(del.IPProto == 0 || del.IPProto == r.IPProto) &&
+		(del.Protocol == 0 || del.Protocol == r.Protocol) &&
+		(del.SPort == PortRange{} || del.SPort == r.SPort) &&
+		(del.DPort == PortRange{} || del.DPort == r.DPort) &&
+		ruleSelectorsMatch(del, r)
+}
+
+// ruleAddCollides reports whether an exclusive add of n fails with EEXIST
+// because r exists, as the kernel's rule_exists decides: every attribute
+// equal except "not" and the goto target, and the selectors (from, to,
+// tos, realms) compared only where n sets them.
+func ruleAddCollides(n, r Rule) bool {
+	nm, rm := n.Mask, r.Mask
+	if n.Mark != 0 && nm == 0 {
+		nm = 0xffffffff // the kernel's default mask for a mark
+	}
+	if r.Mark != 0 && rm == 0 {
+		rm = 0xffffffff
+	}
+	return n.Family == r.Family && n.Priority == r.Priority && n.Action == r.Action &&
+		n.Table == r.Table && n.IIF == r.IIF && n.OIF == r.OIF && n.Mark == r.Mark && nm == rm &&
+		n.SuppressIfGroup == r.SuppressIfGroup && n.SuppressPrefixLen == r.SuppressPrefixLen &&
+		n.TunID == r.TunID && n.L3MDev == r.L3MDev && n.UID == r.UID && n.IPProto == r.IPProto &&
+		n.Protocol == r.Protocol && n.SPort == r.SPort && n.DPort == r.DPort &&
+		ruleSelectorsMatch(n, r)
+}
+
+// ruleSelectorsMatch is the family's compare hook (fib4_rule_compare,
+// fib6_rule_compare): source, destination, tos and realms, each compared
+// only when the request sets it.
+func ruleSelectorsMatch(req, r Rule) bool {
+	return (!req.Src.IsValid() || req.Src.Bits() == 0 || req.Src == r.Src) &&
+		(!req.Dst.IsValid() || req.Dst.Bits() == 0 || req.Dst == r.Dst) &&
+		(req.TOS == 0 || req.TOS == r.TOS) &&
+		(req.Flow == 0 || req.Flow == r.Flow)
+}
+
+func (p *planner) planRepairs(v View) {
+	for k, rep := range p.repairs {
+		cur := v.Route(k)
+		if len(cur) == 0 || slices.ContainsFunc(cur, func(r Route) bool { return routesMatch(rep, r) }) {
+			continue
+		}
+		// A replace changes the first route with the key.
+		p.fixes = append(p.fixes, Op{Kind: RouteReplace, Route: clean(rep), Was: cur[0], HasWas: true, Repair: true})
+	}
+}
+
+func (p *planner) ops() []Op {
+	// Desired routes: more specific first.
+	slices.SortFunc(p.replaces, func(a, b opGroup) int {
+		return cmp.Or(
+			cmp.Compare(a.key.Family, b.key.Family), cmp.Compare(a.key.Table, b.key.Table),
+			-cmp.Compare(a.key.Dst.Bits(), b.key.Dst.Bits()), compareKeys(a.key, b.key))
+	})
+	byPrio := func(a, b opGroup) int {
+		return cmp.Or(cmp.Compare(a.prio.Family, b.prio.Family), cmp.Compare(a.prio.Priority, b.prio.Priority))
+	}
+	slices.SortFunc(p.ruleAdds, byPrio)
+	slices.SortFunc(p.ruleDels, byPrio)
+	slices.SortFunc(p.fixes, func(a, b Op) int { return compareKeys(a.Route.Key(), b.Route.Key()) })
+	// Route deletes by key; routes with one key stay in kernel order.
+	slices.SortStableFunc(p.routeDel, func(a, b Op) int { return compareKeys(a.Route.Key(), b.Route.Key()) })
+
+	var ops []Op
+	for _, g := range p.replaces {
+		ops = append(ops, g.ops...)
+	}
+	for _, g := range p.ruleAdds {
+		ops = append(ops, g.ops...)
+	}
+	ops = append(ops, p.fixes...)
+	for _, g := range p.ruleDels {
+		ops = append(ops, g.ops...)
+	}
+	return append(ops, p.routeDel...)
+}
+
+// compareKeys orders route keys by family, table, destination (address,
+// then length: a covering prefix before the prefixes it covers), source,
+// tos and metric.
+func compareKeys(a, b RouteKey) int {
+	return cmp.Or(
+		cmp.Compare(a.Family, b.Family), cmp.Compare(a.Table, b.Table),
+		a.Dst.Addr().Compare(b.Dst.Addr()), cmp.Compare(a.Dst.Bits(), b.Dst.Bits()),
+		a.Src.Addr().Compare(b.Src.Addr()), cmp.Compare(a.Src.Bits(), b.Src.Bits()),
+		cmp.Compare(a.TOS, b.TOS), cmp.Compare(a.Metric, b.Metric))
+}
