@@ -1,0 +1,39 @@
+// Package k8s tests the marksplit agent against a real Kubernetes API server.
+//
+// It holds tests only. TestMain builds kube-apiserver from ./kube-apiserver (a
+// separate module, so the library's go.mod stays small) once per go.sum into
+// ${MARKSPLIT_CACHE:-/var/cache/marksplit}, starts etcd and the API server in
+// a private network namespace, installs the CiliumNode CRD and
+// ../../deploy/rbac.yaml exactly as shipped, issues service-account tokens with
+// TokenRequests, and runs the agent built from ../../agent the way a pod
+// would: service-account token and CA in a kubelet-style directory,
+// KUBERNETES_SERVICE_HOST/PORT and NODE_NAME in its environment.
+//
+// # Running
+//
+//	apt-get install -y etcd-server
+//	cd test/k8s && MARKSPLIT_KERNEL_TESTS=1 go test -count=1 -v ./...
+//
+// The tests need root, network namespaces and etcd on PATH. Without them they
+// skip with the reason, unless MARKSPLIT_KERNEL_TESTS=1, which turns every skip
+// into a failure. -short skips them. The first run builds kube-apiserver
+// (minutes); later runs reuse the cached binary.
+//
+// # Network namespaces
+//
+// etcd and the API server run in a namespace of their own ("apihost"), the
+// API server on 192.0.2.1:6443 on a bridge there, etcd on its loopback. Each
+// test gets two fresh namespaces: the node (the seed topology: enp7s0 MTU 1450
+// at 10.0.0.5, cilium_wg0 MTU 1355, the old approach's lowered route) and its
+// gateway at 10.0.0.1. A veth from the node namespace into the apihost bridge
+// (192.0.2.N/24 on k8s0) lets the agent reach the API server as a pod on the
+// host network would. The test process reaches it by opening its sockets in
+// the apihost namespace. Nothing is added to the host's own namespace.
+//
+// # Debugging
+//
+// A failing test logs the agent's output and the tail of the API server's log.
+// Namespaces are named msk8s-<pid>-<n>; the working directory is
+// $TMPDIR/marksplit-k8s-<pid> and holds every log and the audit log. Both are
+// removed at the end, and leftovers of a killed run are removed by the next.
+package k8s
