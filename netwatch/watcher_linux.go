@@ -258,7 +258,7 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 	if err != nil {
 		return err
 	}
-	defer mc.Close()
+	defer func() { mc.Close() }() // mc is replaced after an overflow
 	rc, err := w.opts.Dialer.Dial(DialConfig{})
 	if err != nil {
 		return err
@@ -335,6 +335,24 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 			}
 		case errors.Is(recvErr, unix.ENOBUFS):
 			w.log.Warn("netwatch: rtnetlink receive buffer overflowed; resyncing", "buffer", w.opts.ReadBuffer)
+			// After an overflow the kernel drops events without
+			// reporting another overflow until the socket's queue has
+			// been read empty (NETLINK_S_CONGESTED): what it drops while
+			// the dump runs would be lost silently. A new socket starts
+			// empty and reports the next overflow; the dump covers what
+			// the old one held.
+			next, err := w.opts.Dialer.Dial(DialConfig{Groups: groups, ReadBuffer: w.opts.ReadBuffer})
+			if err != nil {
+				return err
+			}
+			mc.Close()
+			mc = next
+			w.kickMu.Lock()
+			w.kick = mc
+			w.kickMu.Unlock()
+			if ctx.Err() != nil {
+				return nil
+			}
 			if err := w.fullSync(rc, ResyncOverflow); err != nil {
 				return err
 			}
