@@ -81,13 +81,51 @@ func (ns *testNS) dialer() KernelDialer { return KernelDialer{NetNS: ns.fd} }
 // on error.
 func (ns *testNS) ip(tb testing.TB, args ...string) string {
 	tb.Helper()
+	out, err := ns.run(args...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+func (ns *testNS) run(args ...string) (string, error) {
 	cmd := exec.Command("ip", append([]string{"-n", ns.name}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		tb.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+		return "", fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	return stdout.String()
+	return stdout.String(), nil
+}
+
+// ipJSONs runs several ip -j commands at once and decodes their outputs
+// into vs.
+func (ns *testNS) ipJSONs(tb testing.TB, vs []any, args [][]string) {
+	tb.Helper()
+	type result struct {
+		out string
+		err error
+	}
+	res := make([]chan result, len(args))
+	for i, a := range args {
+		res[i] = make(chan result, 1)
+		go func() {
+			out, err := ns.run(append([]string{"-j"}, a...)...)
+			res[i] <- result{out, err}
+		}()
+	}
+	for i, c := range res {
+		r := <-c
+		if r.err != nil {
+			tb.Fatal(r.err)
+		}
+		if strings.TrimSpace(r.out) == "" {
+			r.out = "[]"
+		}
+		if err := json.Unmarshal([]byte(r.out), vs[i]); err != nil {
+			tb.Fatalf("decode ip -j %s: %v\n%s", strings.Join(args[i], " "), err, r.out)
+		}
+	}
 }
 
 // batch runs commands with ip -force -batch and returns how many failed.
@@ -306,7 +344,19 @@ func (ns *testNS) oracle(tb testing.TB) kernelState {
 	var s kernelState
 
 	var links []map[string]any
-	ns.ipJSON(tb, &links, "-d", "-N", "link", "show")
+	var addrLinks []struct {
+		Index    uint32           `json:"ifindex"`
+		AddrInfo []map[string]any `json:"addr_info"`
+	}
+	var routes, rules [2][]map[string]any
+	ns.ipJSONs(tb, []any{&links, &addrLinks, &routes[0], &routes[1], &rules[0], &rules[1]}, [][]string{
+		{"-d", "-N", "link", "show"},
+		{"-N", "addr", "show"},
+		{"-4", "-d", "-N", "route", "show", "table", "all"},
+		{"-6", "-d", "-N", "route", "show", "table", "all"},
+		{"-4", "-d", "-N", "rule", "show"},
+		{"-6", "-d", "-N", "rule", "show"},
+	})
 	index := make(map[string]uint32)
 	for _, l := range links {
 		index[jsonStr(l["ifname"])] = uint32(jsonUint(tb, l["ifindex"]))
@@ -331,11 +381,6 @@ func (ns *testNS) oracle(tb testing.TB) kernelState {
 	}
 	slices.SortFunc(s.Links, func(a, b kLink) int { return int(a.Index) - int(b.Index) })
 
-	var addrLinks []struct {
-		Index    uint32           `json:"ifindex"`
-		AddrInfo []map[string]any `json:"addr_info"`
-	}
-	ns.ipJSON(tb, &addrLinks, "-N", "addr", "show")
 	for _, l := range addrLinks {
 		for _, a := range l.AddrInfo {
 			f := IPv4
@@ -365,10 +410,8 @@ func (ns *testNS) oracle(tb testing.TB) kernelState {
 	}
 	sortAddrs(s.Addrs)
 
-	for _, f := range []Family{IPv4, IPv6} {
-		var routes []map[string]any
-		ns.ipJSON(tb, &routes, "-"+strconv.Itoa(int(f)), "-d", "-N", "route", "show", "table", "all")
-		for _, r := range routes {
+	for i, f := range []Family{IPv4, IPv6} {
+		for _, r := range routes[i] {
 			kr := kRoute{
 				Family:   uint8(f),
 				Table:    uint32(jsonUint(tb, r["table"])),
@@ -420,10 +463,8 @@ func (ns *testNS) oracle(tb testing.TB) kernelState {
 	}
 	sortRoutes(s.Routes)
 
-	for _, f := range []Family{IPv4, IPv6} {
-		var rules []map[string]any
-		ns.ipJSON(tb, &rules, "-"+strconv.Itoa(int(f)), "-d", "-N", "rule", "show")
-		for _, r := range rules {
+	for i, f := range []Family{IPv4, IPv6} {
+		for _, r := range rules[i] {
 			kr := kRule{
 				Family:   uint8(f),
 				Priority: uint32(jsonUint(tb, r["priority"])),
@@ -593,12 +634,16 @@ func waitConverged(tb testing.TB, w *Watcher, ns *testNS, timeout time.Duration,
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	diff := "cache never synced"
+	start := time.Now()
 	for {
 		if w.Synced() {
 			want := ns.oracle(tb)
 			var got kernelState
 			w.Read(func(v View) { got = stateOf(v.Snapshot()) })
 			if diff = gocmp.Diff(want, got); diff == "" {
+				if os.Getenv("MARKSPLIT_CONVERGE_LOG") != "" {
+					tb.Logf("%s: converged in %v", context, time.Since(start))
+				}
 				return want
 			}
 		}
@@ -1375,5 +1420,102 @@ func TestKernelIPv6Multipath(t *testing.T) {
 			t.Fatalf("%s: failed", cmd)
 		}
 		waitConverged(t, w, ns, 5*time.Second, cmd)
+	}
+}
+
+// TestKernelSilentChanges covers what the kernel changes without an event:
+// IPv4 routes of a link that goes down or away or of an address that goes,
+// IPv6 prefsrc of a removed address, route MTUs and linkdown flags after a
+// link change.
+func TestKernelSilentChanges(t *testing.T) {
+	ns := newTestNS(t)
+	underlay(t, ns)
+	ns.batch(t, []string{
+		"link add w0 type veth peer name w1", "link set w0 up", "link set w1 up",
+		"addr add 10.201.0.1/24 dev w0", "addr add fd01::1/64 dev w0 nodad", "addr add fd01::2/64 dev w0 nodad",
+	})
+	w := startWatcher(t, Options{Dialer: ns.dialer()})
+	waitSynced(t, w, 5*time.Second)
+	for _, step := range [][]string{
+		{"route add 10.9.0.0/24 via 10.201.0.2 table 900 src 10.201.0.1", "route add 10.9.1.0/24 dev w0 mtu 1400",
+			"route add fd09::/64 via fd01::ff dev w0 src fd01::2 mtu 1400", "route add fd0a::/64 dev w0 table 900 mtu 1500"},
+		{"link set w0 mtu 1300"},
+		{"link set w0 mtu 1500"},
+		{"addr del fd01::2/64 dev w0"},
+		{"link set w1 down"},
+		{"link set w1 up"},
+		{"addr del 10.201.0.1/24 dev w0"},
+		{"addr add 10.201.0.1/24 dev w0", "route add 10.9.0.0/24 via 10.201.0.2 table 900", "route add 10.9.2.0/24 via 10.201.0.2 onlink dev w0"},
+		{"link set w0 down"},
+		{"link set w0 up", "route add 10.9.0.0/24 via 10.201.0.2 table 900"},
+		{"link del w0"},
+	} {
+		if n := ns.batch(t, step); n > 0 {
+			t.Fatalf("%q: %d failed", step, n)
+		}
+		waitConverged(t, w, ns, 5*time.Second, strings.Join(step, "; "))
+	}
+}
+
+// TestKernelNexthopObjects: routes that use nexthop objects (ip nexthop)
+// are cached with their RTA_NH_ID, and follow the object when it changes
+// or goes.
+func TestKernelNexthopObjects(t *testing.T) {
+	ns := newTestNS(t)
+	underlay(t, ns)
+	ns.batch(t, []string{"addr add fd00::1/64 dev u0 nodad"})
+	w := startWatcher(t, Options{Dialer: ns.dialer()})
+	waitSynced(t, w, 5*time.Second)
+	for _, step := range [][]string{
+		{"nexthop add id 1 via 10.200.0.2 dev u0", "nexthop add id 2 via 10.200.0.3 dev u0",
+			"nexthop add id 3 group 1/2", "nexthop add id 6 via fd00::2 dev u0"},
+		{"route add 10.9.0.0/24 nhid 1", "route add 10.9.1.0/24 nhid 3 table 900", "route add fd09::/64 nhid 6"},
+		{"nexthop replace id 1 via 10.200.0.4 dev u0"},
+		{"nexthop replace id 6 via fd00::4 dev u0"},
+		{"nexthop del id 2"},
+		{"nexthop del id 1"},
+		{"nexthop del id 6"},
+	} {
+		if n := ns.batch(t, step); n > 0 {
+			t.Fatalf("%q: %d failed", step, n)
+		}
+		waitConverged(t, w, ns, 5*time.Second, strings.Join(step, "; "))
+	}
+}
+
+// TestKernelOverflow floods a watcher that has a small receive buffer with
+// 100,000 route changes: the kernel drops events (ENOBUFS), the watcher
+// says so in its stats, resyncs, and ends equal to the kernel.
+func TestKernelOverflow(t *testing.T) {
+	ns := newTestNS(t)
+	index, gw := underlay(t, ns)
+	w := startWatcher(t, Options{Dialer: ns.dialer(), ReadBuffer: 32 << 10})
+	waitSynced(t, w, 5*time.Second)
+
+	rw := dialRouteWriter(t, ns)
+	const n = 50000
+	rs := gwRoutes(100, 0, n, gw, index)
+	rw.add(t, rs)
+	// Replace half with another gateway and another MTU, then delete the
+	// other half: 100,000 changes of three kinds.
+	other := netip.MustParseAddr("10.200.0.3")
+	rep := slices.Clone(rs[:n/2])
+	for i := range rep {
+		rep[i].Gateway, rep[i].MTU = other, 1400
+	}
+	if failed, err := rw.do(unix.RTM_NEWROUTE, netlink.Create|netlink.Replace, rep); failed > 0 || err != nil {
+		t.Fatalf("replace %d routes: %d failed: %v", len(rep), failed, err)
+	}
+	rw.del(t, rs[n/2:])
+
+	ns.ip(t, "route", "add", "10.255.0.0/24", "via", "10.200.0.2", "table", "100")
+	waitConverged(t, w, ns, 30*time.Second, "after the flood")
+	st := w.Stats()
+	t.Logf("stats after 100,000 changes with a 32 KiB buffer: %+v", st)
+	if st.Resyncs[ResyncOverflow] == 0 {
+		t.Errorf("no overflow resync: Resyncs = %v", st.Resyncs)
+	}
+	if got := w.Stats(); !got.Synced {
+		t.Errorf("watcher not synced after the flood")
 	}
 }
