@@ -128,6 +128,8 @@ func withMessage(err error) error {
 	return err
 }
 
+const rtmFLookupTable = 0x1000
+
 // RouteGet asks the kernel which route it would use for dst, for packets
 // carrying mark (0 for none), like `ip route get DST mark MARK`. The
 // returned route's Table and MTU are what the kernel chose.
@@ -137,6 +139,8 @@ func (a *Applier) RouteGet(dst netip.Addr, mark Mark) (Route, error) {
 	b := make([]byte, unix.SizeofRtMsg)
 	b[0] = afOf(f)
 	b[1] = uint8(dst.BitLen())
+	// RTM_F_LOOKUP_TABLE: report the table the lookup chose, not main.
+	binary.NativeEndian.PutUint32(b[8:12], rtmFLookupTable)
 	ae := netlink.NewAttributeEncoder()
 	ae.Bytes(unix.RTA_DST, dst.AsSlice())
 	if mark != 0 {
