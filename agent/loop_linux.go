@@ -71,7 +71,7 @@ type reconciler struct {
 const subscriptionBuffer = 4096
 
 const (
-	defaultQuiet  = 2 * time.Millisecond
+	defaultQuiet  = 1 * time.Millisecond
 	defaultWindow = 10 * time.Millisecond
 	defaultResync = 5 * time.Minute
 )
