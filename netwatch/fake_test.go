@@ -1,0 +1,783 @@
+//go:build linux
+
+package netwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/internal/nltest"
+	"github.com/mdlayher/netlink"
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+)
+
+// Fault tests on internal/nltest's fake kernel: one test per way the
+// watcher can lose track of the kernel, each checking the stats it
+// reports and that the cache ends equal to the fake kernel's state.
+
+// fakeDialer dials the fake kernel and wraps each multicast socket in a
+// faultConn the test can reach.
+type fakeDialer struct {
+	k *nltest.Kernel
+
+	mu       sync.Mutex
+	mcs      []*faultConn // multicast sockets, in dial order
+	requests int          // request sockets dialed
+	fail     error        // returned by Dial while set
+}
+
+func (d *fakeDialer) Dial(cfg DialConfig) (Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fail != nil {
+		return nil, d.fail
+	}
+	c, err := d.k.DialConn(cfg.Groups, cfg.ReadBuffer)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Groups) == 0 {
+		d.requests++
+		return c, nil
+	}
+	fc := &faultConn{Conn: c, fake: c}
+	d.mcs = append(d.mcs, fc)
+	return fc, nil
+}
+
+// mc returns the newest multicast socket.
+func (d *fakeDialer) mc() *faultConn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mcs[len(d.mcs)-1]
+}
+
+func (d *fakeDialer) multicastDials() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.mcs)
+}
+
+// faultConn passes a conn through, except that the message received after
+// arm goes through the armed function first.
+type faultConn struct {
+	Conn
+	fake *nltest.FakeConn
+
+	mu     sync.Mutex
+	mutate func(netlink.Message) (netlink.Message, error)
+}
+
+func (c *faultConn) arm(f func(netlink.Message) (netlink.Message, error)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mutate = f
+}
+
+func (c *faultConn) ReceiveIter() iter.Seq2[netlink.Message, error] {
+	return func(yield func(netlink.Message, error) bool) {
+		for m, err := range c.Conn.ReceiveIter() {
+			if err == nil {
+				c.mu.Lock()
+				f := c.mutate
+				c.mutate = nil
+				c.mu.Unlock()
+				if f != nil {
+					m, err = f(m)
+				}
+			}
+			if !yield(m, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// fastBackoff retries at once, so that reconnection tests do not wait.
+func fastBackoff() backoff.BackOff { return backoff.NewConstantBackOff(time.Millisecond) }
+
+// fakeHost is a small host: eth0 with addresses of both families, routes
+// in main and in table 900, and the mark-split rules.
+func fakeHost(t *testing.T) (*nltest.Kernel, uint32) {
+	t.Helper()
+	k := nltest.New()
+	t.Cleanup(func() { k.Close() })
+	eth := k.AddLink("eth0", "veth", 1450, true)
+	k.AddLink("cilium_wg0", "tun", 1355, true)
+	for _, err := range []error{
+		k.AddAddr(eth, netip.MustParsePrefix("10.0.0.5/16")),
+		k.AddAddr(eth, netip.MustParsePrefix("fd00::5/64")),
+		k.AddRoute(nltest.Route{Dst: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}),
+		k.AddRoute(nltest.Route{Table: 900, Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
+			Index: eth, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355, Protocol: 77}),
+		k.AddRoute(nltest.Route{Table: 900, Dst: netip.MustParsePrefix("fd01::/64"), Gateway: netip.MustParseAddr("fd00::1"), Index: eth, MTU: 1355}),
+		k.AddRule(nltest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
+		k.AddRule(nltest.Rule{Family: unix.AF_INET6, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return k, eth
+}
+
+// fakeState is what the fake kernel and the cache are compared on: the
+// fields the fake models.
+type fakeState struct {
+	Links  []string
+	Addrs  []string
+	Routes []string
+	Rules  []string
+}
+
+func fakeStateOf(k *nltest.Kernel) fakeState {
+	var s fakeState
+	for _, l := range k.Links() {
+		s.Links = append(s.Links, fmt.Sprintf("%d %s kind=%q mtu=%d flags=%#x oper=%d", l.Index, l.Name, l.Kind, l.MTU, l.Flags, l.OperState))
+	}
+	for _, a := range k.Addrs() {
+		s.Addrs = append(s.Addrs, fmt.Sprintf("%d %v scope=%d flags=%#x label=%q", a.Index, a.Prefix, a.Scope, a.Flags, a.Label))
+	}
+	for _, r := range k.Routes() {
+		f := IPv4
+		if r.Family() == unix.AF_INET6 {
+			f = IPv6
+		}
+		s.Routes = append(s.Routes, routeString(f, r.Table, r.Dst, r.TOS, r.Metric, r.Gateway, r.Index, r.PrefSrc, r.MTU, r.Protocol, r.Scope, r.Type))
+	}
+	for _, r := range k.Rules() {
+		s.Rules = append(s.Rules, ruleString(r.Family == unix.AF_INET6, r.Priority, r.Table, r.Action, r.Invert, r.Mark, r.Mask, r.Protocol, r.Src, r.Dst, r.TOS, r.IIF, r.OIF))
+	}
+	slices.Sort(s.Addrs)
+	slices.Sort(s.Routes)
+	return s
+}
+
+func routeString(f Family, t uint32, dst netip.Prefix, tos uint8, metric uint32, gw netip.Addr, index uint32, psrc netip.Addr, mtu uint32, proto, scope, typ uint8) string {
+	return fmt.Sprintf("%v table %d %v tos %d metric %d via %v dev %d src %v mtu %d proto %d scope %d type %d",
+		f, t, dst, tos, metric, gw, index, psrc, mtu, proto, scope, typ)
+}
+
+func ruleString(v6 bool, prio, table uint32, action uint8, invert bool, mark, mask uint32, proto uint8, src, dst netip.Prefix, tos uint8, iif, oif string) string {
+	return fmt.Sprintf("v6=%t %d: table %d action %d not=%t fwmark %#x/%#x proto %d from %v to %v tos %d iif %q oif %q",
+		v6, prio, table, action, invert, mark, mask, proto, src, dst, tos, iif, oif)
+}
+
+func fakeStateOfView(v View) fakeState {
+	var s fakeState
+	snap := v.Snapshot()
+	for _, l := range snap.Links {
+		s.Links = append(s.Links, fmt.Sprintf("%d %s kind=%q mtu=%d flags=%#x oper=%d", l.Index, l.Name, l.Kind, l.MTU, l.Flags, l.OperState))
+	}
+	for _, a := range snap.Addrs {
+		s.Addrs = append(s.Addrs, fmt.Sprintf("%d %v scope=%d flags=%#x label=%q", a.Index, a.Prefix, a.Scope, a.Flags, a.Label))
+	}
+	for _, r := range snap.Routes {
+		s.Routes = append(s.Routes, routeString(r.Family, uint32(r.Table), r.Dst, r.TOS, r.Metric, r.Gateway, r.Index, r.PrefSrc, r.MTU, uint8(r.Protocol), uint8(r.Scope), uint8(r.Type)))
+	}
+	for _, r := range snap.Rules {
+		s.Rules = append(s.Rules, ruleString(r.Family == IPv6, r.Priority, uint32(r.Table), uint8(r.Action), r.Invert, uint32(r.Mark), uint32(r.Mask), uint8(r.Protocol), r.Src, r.Dst, r.TOS, r.IIF, r.OIF))
+	}
+	slices.Sort(s.Addrs)
+	slices.Sort(s.Routes)
+	return s
+}
+
+// waitFake polls until the cache is synced and equals the fake kernel.
+func waitFake(t *testing.T, w *Watcher, k *nltest.Kernel, what string) {
+	t.Helper()
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	diff := "never synced"
+	for {
+		if w.Synced() {
+			var got fakeState
+			w.Read(func(v View) { got = fakeStateOfView(v) })
+			if diff = gocmp.Diff(fakeStateOf(k), got); diff == "" {
+				return
+			}
+		}
+		select {
+		case <-deadline.C:
+			t.Fatalf("%s: cache did not converge with the fake kernel; stats %+v\n(-fake +cache):\n%s", what, w.Stats(), diff)
+		case <-tick.C:
+		}
+	}
+}
+
+// waitStats polls until cond holds for the watcher's stats.
+func waitStats(t *testing.T, w *Watcher, what string, cond func(Stats) bool) Stats {
+	t.Helper()
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if st := w.Stats(); cond(st) {
+			return st
+		}
+		select {
+		case <-deadline.C:
+			t.Fatalf("%s: not reached; stats %+v", what, w.Stats())
+		case <-tick.C:
+		}
+	}
+}
+
+func startFake(t *testing.T, k *nltest.Kernel, opts Options) (*Watcher, *fakeDialer) {
+	t.Helper()
+	d := &fakeDialer{k: k}
+	opts.Dialer = d
+	if opts.Backoff == nil {
+		opts.Backoff = fastBackoff
+	}
+	return startWatcher(t, opts), d
+}
+
+// TestFakeForeignChanges: every kind of change made by someone else reaches
+// the cache through events alone.
+func TestFakeForeignChanges(t *testing.T) {
+	k, eth := fakeHost(t)
+	w, _ := startFake(t, k, Options{})
+	waitFake(t, w, k, "initial sync")
+	base := w.Stats()
+	steps := []struct {
+		name string
+		do   func() error
+	}{
+		{"add link", func() error { k.AddLink("eth1", "veth", 1500, true); return nil }},
+		{"link mtu", func() error { return k.SetLinkMTU(eth, 1400) }},
+		{"add address", func() error { return k.AddAddr(eth, netip.MustParsePrefix("10.0.0.6/16")) }},
+		{"add route", func() error {
+			return k.AddRoute(nltest.Route{Table: 70000, Dst: netip.MustParsePrefix("10.2.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth, Metric: 5})
+		}},
+		{"replace route", func() error {
+			return k.ReplaceRoute(nltest.Route{Table: 70000, Dst: netip.MustParsePrefix("10.2.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.2"), Index: eth, Metric: 5, MTU: 1300})
+		}},
+		{"add blackhole", func() error {
+			return k.AddRoute(nltest.Route{Table: 900, Dst: netip.MustParsePrefix("10.3.0.0/16"), Type: unix.RTN_BLACKHOLE})
+		}},
+		{"delete route", func() error {
+			return k.DelRoute(nltest.Route{Table: 70000, Dst: netip.MustParsePrefix("10.2.0.0/16"), Metric: 5})
+		}},
+		{"add rule", func() error {
+			return k.AddRule(nltest.Rule{Family: unix.AF_INET, Priority: 100, Table: 70000, Mark: 1})
+		}},
+		{"delete rule", func() error {
+			return k.DelRule(nltest.Rule{Family: unix.AF_INET6, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00})
+		}},
+		{"delete address", func() error { return k.DelAddr(eth, netip.MustParsePrefix("10.0.0.6/16")) }},
+		{"delete link", func() error { return k.DelLink(eth + 2) }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		waitFake(t, w, k, s.name)
+	}
+	st := w.Stats()
+	if st.Resyncs[ResyncOverflow]+st.Resyncs[ResyncRequested]+st.Resyncs[ResyncReconnect] != 0 || st.Resyncs[ResyncInitial] != 1 {
+		t.Errorf("resyncs without a cause: %v", st.Resyncs)
+	}
+	if st.Events[KindRoute] <= base.Events[KindRoute] || st.Events[KindRule] <= base.Events[KindRule] ||
+		st.Events[KindLink] <= base.Events[KindLink] || st.Events[KindAddr] <= base.Events[KindAddr] {
+		t.Errorf("events not counted by kind: before %v, after %v", base.Events, st.Events)
+	}
+	if st.LastSyncDuration <= 0 || !st.Synced || st.Generation == 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestFakeENOBUFS: an injected overflow makes the watcher resync on a new
+// multicast socket, counted as an overflow.
+func TestFakeENOBUFS(t *testing.T) {
+	k, eth := fakeHost(t)
+	w, d := startFake(t, k, Options{})
+	waitFake(t, w, k, "initial sync")
+	first := d.mc()
+	k.InjectENOBUFS(first.fake)
+	// A change the watcher only learns from the resync: its event goes
+	// to the old socket, which is not read any more.
+	st := waitStats(t, w, "overflow resync", func(s Stats) bool { return s.Resyncs[ResyncOverflow] == 1 })
+	if err := k.AddRoute(nltest.Route{Table: 900, Dst: netip.MustParsePrefix("10.4.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
+		t.Fatal(err)
+	}
+	waitFake(t, w, k, "after the overflow")
+	if n := d.multicastDials(); n != 2 {
+		t.Errorf("multicast sockets dialed: %d, want 2 (a fresh one after the overflow)", n)
+	}
+	if st.Reconnects != 0 {
+		t.Errorf("an overflow counted as a reconnect: %+v", st)
+	}
+}
+
+// TestFakeOverflow: a real overrun of a small receive buffer, while the
+// watcher is held up, is noticed and repaired.
+func TestFakeOverflow(t *testing.T) {
+	k, eth := fakeHost(t)
+	w, _ := startFake(t, k, Options{ReadBuffer: 4096})
+	waitFake(t, w, k, "initial sync")
+	// Hold the cache's lock: the watcher blocks on its first event, and
+	// the rest pile up in its socket.
+	w.Read(func(View) {
+		for i := range 200 {
+			r := nltest.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 5, byte(i), 0}), 24), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}
+			if err := k.AddRoute(r); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	waitFake(t, w, k, "after the overflow")
+	if st := w.Stats(); st.Resyncs[ResyncOverflow] == 0 {
+		t.Errorf("no overflow resync: %+v", st)
+	}
+}
+
+// TestFakeDumpInterrupted: a dump the kernel marks interrupted is done
+// again; one interrupted every time ends the session, which reconnects.
+func TestFakeDumpInterrupted(t *testing.T) {
+	t.Run("twice", func(t *testing.T) {
+		k, _ := fakeHost(t)
+		k.SetDumpIntr(unix.RTM_GETROUTE, 2)
+		w, _ := startFake(t, k, Options{})
+		waitFake(t, w, k, "initial sync")
+		st := w.Stats()
+		if st.Resyncs[ResyncInterrupted] != 2 || st.Reconnects != 0 {
+			t.Errorf("resyncs %v, reconnects %d; want 2 interrupted dumps, no reconnect", st.Resyncs, st.Reconnects)
+		}
+	})
+	t.Run("always", func(t *testing.T) {
+		k, _ := fakeHost(t)
+		k.SetDumpIntr(unix.RTM_GETRULE, maxDumpAttempts)
+		w, _ := startFake(t, k, Options{})
+		waitFake(t, w, k, "sync after giving up on a dump")
+		st := w.Stats()
+		if st.Resyncs[ResyncInterrupted] != maxDumpAttempts || st.Reconnects != 1 || st.Resyncs[ResyncReconnect] != 1 {
+			t.Errorf("resyncs %v, reconnects %d; want %d interrupted dumps, then a reconnect", st.Resyncs, st.Reconnects, maxDumpAttempts)
+		}
+	})
+}
+
+// TestFakeRequestErrors: a dump that fails ends the session; the watcher
+// reconnects with backoff until it succeeds, unsynced meanwhile.
+func TestFakeRequestErrors(t *testing.T) {
+	t.Run("next", func(t *testing.T) {
+		k, _ := fakeHost(t)
+		k.FailNext(unix.RTM_GETROUTE, unix.EBUSY, 3)
+		w, _ := startFake(t, k, Options{})
+		waitFake(t, w, k, "sync after failed dumps")
+		if st := w.Stats(); st.Reconnects != 3 || st.Resyncs[ResyncReconnect] != 1 || st.Resyncs[ResyncInitial] != 0 {
+			t.Errorf("stats %+v; want 3 reconnects, then one resync", st)
+		}
+	})
+	t.Run("all", func(t *testing.T) {
+		k, _ := fakeHost(t)
+		k.FailAll(unix.RTM_GETLINK, unix.EPERM)
+		w, _ := startFake(t, k, Options{})
+		st := waitStats(t, w, "reconnects", func(s Stats) bool { return s.Reconnects >= 5 })
+		if st.Synced || w.Synced() {
+			t.Errorf("synced although every link dump fails")
+		}
+		w.Read(func(v View) {
+			if v.Synced() {
+				t.Errorf("view synced although every link dump fails")
+			}
+		})
+		k.ClearFaults()
+		waitFake(t, w, k, "sync after the fault cleared")
+	})
+	t.Run("after sync", func(t *testing.T) {
+		// A failed route re-dump (after a link went down) ends the
+		// session; the cache is marked unsynced until the reconnect.
+		k, eth := fakeHost(t)
+		w, _ := startFake(t, k, Options{})
+		waitFake(t, w, k, "initial sync")
+		k.FailNext(unix.RTM_GETROUTE, unix.EIO, 1)
+		if err := k.SetLinkUp(eth, false); err != nil {
+			t.Fatal(err)
+		}
+		waitFake(t, w, k, "after the failed re-dump")
+		if st := w.Stats(); st.Reconnects != 1 || st.Resyncs[ResyncReconnect] != 1 {
+			t.Errorf("stats %+v; want one reconnect", st)
+		}
+	})
+}
+
+// TestFakeSilentRouteRemoval: the fake kernel, like the real one, removes
+// IPv4 routes without events when their link goes down or loses its last
+// IPv4 address.
+func TestFakeSilentRouteRemoval(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		do   func(k *nltest.Kernel, eth uint32) error
+	}{
+		{"link down", func(k *nltest.Kernel, eth uint32) error { return k.SetLinkUp(eth, false) }},
+		{"last address removed", func(k *nltest.Kernel, eth uint32) error {
+			return k.DelAddr(eth, netip.MustParsePrefix("10.0.0.5/16"))
+		}},
+		{"link deleted", func(k *nltest.Kernel, eth uint32) error { return k.DelLink(eth) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, eth := fakeHost(t)
+			w, _ := startFake(t, k, Options{})
+			waitFake(t, w, k, "initial sync")
+			if err := tc.do(k, eth); err != nil {
+				t.Fatal(err)
+			}
+			waitFake(t, w, k, tc.name)
+			if st := w.Stats(); st.Resyncs[ResyncRoutes] == 0 {
+				t.Errorf("no route re-dump: %+v", st)
+			}
+		})
+	}
+}
+
+// TestFakeRouteTables: with Options.RouteTables the watcher dumps each table
+// with a strict filter, takes a missing table (ENOENT) as empty, and drops
+// other tables' events.
+func TestFakeRouteTables(t *testing.T) {
+	k, eth := fakeHost(t)
+	w, _ := startFake(t, k, Options{RouteTables: []Table{900, 901}})
+	waitSynced(t, w, 5*time.Second)
+	var dumps []uint32
+	for _, r := range k.Requests() {
+		if r.Type == unix.RTM_GETROUTE {
+			rt, ok := r.Object.(nltest.Route)
+			if !ok {
+				t.Fatalf("route dump request %+v does not decode", r)
+			}
+			dumps = append(dumps, rt.Table)
+			if r.Errno != 0 && rt.Table != 901 {
+				t.Errorf("dump of table %d failed: %v", rt.Table, r.Errno)
+			}
+		}
+	}
+	if want := []uint32{900, 901, 900, 901}; !slices.Equal(dumps, want) {
+		t.Errorf("route dumps of tables %v, want %v (IPv4 then IPv6)", dumps, want)
+	}
+	for _, r := range []nltest.Route{
+		{Table: 901, Dst: netip.MustParsePrefix("10.6.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK},
+		{Table: 902, Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK},
+		{Dst: netip.MustParsePrefix("10.8.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK},
+	} {
+		if err := k.AddRoute(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func() []string {
+		var rs []string
+		for _, r := range fakeStateOf(k).Routes {
+			if strings.Contains(r, " table 900 ") || strings.Contains(r, " table 901 ") {
+				rs = append(rs, r)
+			}
+		}
+		return rs
+	}()
+	deadline := time.After(5 * time.Second)
+	for {
+		var got []string
+		w.Read(func(v View) { got = fakeStateOfView(v).Routes })
+		if slices.Equal(got, want) {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("routes of tables 900 and 901 (-want +got):\n%s", gocmp.Diff(want, got))
+		case <-w.Notify():
+		}
+	}
+}
+
+// TestFakeRuleDuplicates: the kernel adds a duplicate for NLM_F_REPLACE on
+// rules; the event of an identical rule is resolved by a rule re-dump.
+func TestFakeRuleDuplicates(t *testing.T) {
+	k, _ := fakeHost(t)
+	w, _ := startFake(t, k, Options{})
+	waitFake(t, w, k, "initial sync")
+	c, err := k.DialConn(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, err := encodeRule(Rule{Family: IPv4, Priority: 900, Table: 900, Action: ActionToTable, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Execute(netlink.Message{Header: netlink.Header{Type: unix.RTM_NEWRULE, Flags: netlink.Request | netlink.Acknowledge | netlink.Create | netlink.Replace}, Data: b}); err != nil {
+		t.Fatal(err)
+	}
+	waitFake(t, w, k, "after a rule replace")
+	if n := len(fakeStateOf(k).Rules); n != 8 {
+		t.Fatalf("fake kernel has %d rules, want 8 (the replace adds a duplicate)", n)
+	}
+	if st := w.Stats(); st.Resyncs[ResyncRules] != 1 {
+		t.Errorf("stats %+v; want one rule re-dump", st)
+	}
+}
+
+// TestFakeMalformedEvent: an event that does not decode may hide any
+// change; it is counted and answered with a full resync.
+func TestFakeMalformedEvent(t *testing.T) {
+	k, eth := fakeHost(t)
+	w, d := startFake(t, k, Options{})
+	waitFake(t, w, k, "initial sync")
+	d.mc().arm(func(m netlink.Message) (netlink.Message, error) {
+		m.Data = m.Data[:len(m.Data)-1] // a truncated attribute
+		return m, nil
+	})
+	if err := k.AddRoute(nltest.Route{Table: 900, Dst: netip.MustParsePrefix("10.9.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStats(t, w, "resync after a malformed event", func(s Stats) bool { return s.Resyncs[ResyncRequested] == 1 })
+	if st.Malformed != 1 {
+		t.Errorf("Malformed = %d, want 1", st.Malformed)
+	}
+	waitFake(t, w, k, "after the resync")
+}
+
+// TestFakeSocketFailure: a receive error other than an overflow or a
+// deadline ends the session; the watcher reconnects and resyncs.
+func TestFakeSocketFailure(t *testing.T) {
+	k, eth := fakeHost(t)
+	w, d := startFake(t, k, Options{})
+	waitFake(t, w, k, "initial sync")
+	d.mc().arm(func(netlink.Message) (netlink.Message, error) {
+		return netlink.Message{}, &netlink.OpError{Op: "receive", Err: unix.EBADF}
+	})
+	if err := k.SetLinkMTU(eth, 1400); err != nil {
+		t.Fatal(err)
+	}
+	waitFake(t, w, k, "after the reconnect")
+	if st := w.Stats(); st.Reconnects != 1 || st.Resyncs[ResyncReconnect] != 1 {
+		t.Errorf("stats %+v; want one reconnect and its resync", st)
+	}
+	if n := d.multicastDials(); n != 2 {
+		t.Errorf("multicast sockets dialed: %d, want 2", n)
+	}
+}
+
+// TestFakeRequestedResync: Resync dumps everything again on a running
+// watcher and counts it.
+func TestFakeRequestedResync(t *testing.T) {
+	k, _ := fakeHost(t)
+	w, _ := startFake(t, k, Options{})
+	waitFake(t, w, k, "initial sync")
+	w.Resync()
+	waitStats(t, w, "requested resync", func(s Stats) bool { return s.Resyncs[ResyncRequested] == 1 })
+	waitFake(t, w, k, "after the resync")
+}
+
+// TestRunStops: Run returns within a second of cancellation wherever it
+// is: waiting to reconnect, blocked in a receive, in the middle of a dump.
+// It returns ErrRunning for a second concurrent call.
+func TestRunStops(t *testing.T) {
+	stop := func(t *testing.T, w *Watcher, cancel context.CancelFunc, done <-chan error) {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(time.Second):
+			t.Errorf("Run did not return within 1 s of cancellation; stats %+v", w.Stats())
+			<-done
+		}
+	}
+	run := func(t *testing.T, opts Options) (*Watcher, context.CancelFunc, <-chan error) {
+		t.Helper()
+		w := New(opts)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		return w, cancel, done
+	}
+
+	t.Run("backoff", func(t *testing.T) {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		d := &fakeDialer{k: nltest.New(), fail: errors.New("no kernel today")}
+		defer d.k.Close()
+		w, cancel, done := run(t, Options{Dialer: d, Backoff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Hour) }})
+		waitStats(t, w, "first failure", func(s Stats) bool { return s.Reconnects == 1 })
+		if w.Synced() {
+			t.Errorf("synced without a kernel")
+		}
+		stop(t, w, cancel, done)
+	})
+	t.Run("receive", func(t *testing.T) {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		k, _ := fakeHost(t)
+		w, cancel, done := run(t, Options{Dialer: &fakeDialer{k: k}})
+		waitSynced(t, w, 5*time.Second)
+		if err := w.Run(context.Background()); !errors.Is(err, ErrRunning) {
+			t.Errorf("second Run: %v, want ErrRunning", err)
+		}
+		stop(t, w, cancel, done)
+	})
+	t.Run("dump", func(t *testing.T) {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		k, _ := fakeHost(t)
+		k.FailAll(unix.RTM_GETRULE, unix.EBUSY)
+		w, cancel, done := run(t, Options{Dialer: &fakeDialer{k: k}, Backoff: fastBackoff})
+		waitStats(t, w, "failing dumps", func(s Stats) bool { return s.Reconnects >= 3 })
+		stop(t, w, cancel, done)
+	})
+}
+
+// TestFakeSubscribe: the start view plus the events of a subscription is
+// the cache, across events and resyncs; a reader that falls behind is
+// told so.
+func TestFakeSubscribe(t *testing.T) {
+	k, eth := fakeHost(t)
+	w, d := startFake(t, k, Options{})
+	waitFake(t, w, k, "initial sync")
+
+	var start Snapshot
+	sub := w.Subscribe(1024, func(v View) { start = v.Snapshot() })
+	defer sub.Close()
+	m := newReplay(start)
+	for i := range 5 {
+		if err := k.AddRoute(nltest.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 10, byte(i), 0}), 24), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k.AddRule(nltest.Rule{Family: unix.AF_INET, Priority: 5, Table: 5}); err != nil {
+		t.Fatal(err)
+	}
+	// Changes the watcher learns from a resync, as differences.
+	k.InjectENOBUFS(d.mc().fake)
+	waitStats(t, w, "overflow", func(s Stats) bool { return s.Resyncs[ResyncOverflow] == 1 })
+	if err := k.SetLinkUp(eth, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.DelRule(nltest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}); err != nil {
+		t.Fatal(err)
+	}
+	waitFake(t, w, k, "after the changes")
+
+	deadline := time.After(5 * time.Second)
+	for {
+		var want Snapshot
+		w.Read(func(v View) { want = v.Snapshot() })
+		if diff := gocmp.Diff(stateOf(want), stateOf(m.snapshot())); diff == "" {
+			break
+		} else {
+			select {
+			case ev, ok := <-sub.Events():
+				if !ok {
+					t.Fatalf("subscription ended: %v", sub.Err())
+				}
+				m.apply(ev)
+			case <-deadline:
+				t.Fatalf("start view + events != cache (-cache +replay):\n%s", diff)
+			}
+		}
+	}
+
+	// Three events for a subscriber with room for one that reads nothing
+	// until the watcher has applied them.
+	lag := w.Subscribe(1, nil)
+	for i := range 3 {
+		if err := k.AddRule(nltest.Rule{Family: unix.AF_INET, Priority: uint32(10 + i), Table: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFake(t, w, k, "after three rules")
+	deadline = time.After(5 * time.Second)
+	for open := true; open; {
+		select {
+		case _, open = <-lag.Events():
+		case <-deadline:
+			t.Fatal("lagging subscription never ended")
+		}
+	}
+	if !errors.Is(lag.Err(), ErrLagged) {
+		t.Errorf("lagging subscription ended with %v, want ErrLagged", lag.Err())
+	}
+	sub.Close()
+	sub.Close()
+	if !errors.Is(sub.Err(), ErrUnsubscribed) {
+		t.Errorf("closed subscription: %v, want ErrUnsubscribed", sub.Err())
+	}
+}
+
+// replay rebuilds a cache from a snapshot and events, as a subscriber would.
+type replay struct {
+	links  map[uint32]Link
+	addrs  map[AddrKey]Addr
+	routes []Route
+	rules  []Rule
+}
+
+func newReplay(s Snapshot) *replay {
+	m := &replay{links: map[uint32]Link{}, addrs: map[AddrKey]Addr{}, routes: slices.Clone(s.Routes), rules: slices.Clone(s.Rules)}
+	for _, l := range s.Links {
+		m.links[l.Index] = l
+	}
+	for _, a := range s.Addrs {
+		m.addrs[a.Key()] = a
+	}
+	return m
+}
+
+func (m *replay) apply(ev Event) {
+	switch ev.Kind {
+	case KindLink:
+		delete(m.links, ev.Link.Index)
+		if ev.Op == EventNew {
+			m.links[ev.Link.Index] = ev.Link
+		}
+	case KindAddr:
+		delete(m.addrs, ev.Addr.Key())
+		if ev.Op == EventNew {
+			m.addrs[ev.Addr.Key()] = ev.Addr
+		}
+	case KindRoute:
+		// The fake keeps one route per key: new replaces.
+		m.routes = slices.DeleteFunc(m.routes, func(r Route) bool { return r.Key() == ev.Route.Key() })
+		if ev.Op == EventNew {
+			m.routes = append(m.routes, ev.Route)
+		}
+	case KindRule:
+		if ev.Op == EventDel {
+			if i := slices.IndexFunc(m.rules, func(r Rule) bool { return r.Equal(ev.Rule) }); i >= 0 {
+				m.rules = slices.Delete(m.rules, i, i+1)
+			}
+			return
+		}
+		m.rules = append(m.rules, ev.Rule)
+	}
+}
+
+func (m *replay) snapshot() Snapshot {
+	var s Snapshot
+	for _, l := range m.links {
+		s.Links = append(s.Links, l)
+	}
+	for _, a := range m.addrs {
+		s.Addrs = append(s.Addrs, a)
+	}
+	s.Routes = slices.Clone(m.routes)
+	s.Rules = slices.Clone(m.rules)
+	slices.SortStableFunc(s.Rules, func(a, b Rule) int {
+		if a.Family != b.Family {
+			return int(a.Family) - int(b.Family)
+		}
+		return int(a.Priority) - int(b.Priority)
+	})
+	slices.SortFunc(s.Links, func(a, b Link) int { return int(a.Index) - int(b.Index) })
+	return s
+}
