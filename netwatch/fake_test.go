@@ -781,3 +781,82 @@ func (m *replay) snapshot() Snapshot {
 	slices.SortFunc(s.Links, func(a, b Link) int { return int(a.Index) - int(b.Index) })
 	return s
 }
+
+// TestFakeApply: Apply is idempotent (adding what exists and deleting what
+// is gone succeed), stops at the first failure, keeps the errno matchable
+// and the kernel's message readable.
+func TestFakeApply(t *testing.T) {
+	k, eth := fakeHost(t)
+	ap, err := DialApplier(&fakeDialer{k: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ap.Close()
+	route := Route{Family: IPv4, Table: 900, Dst: netip.MustParsePrefix("10.20.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
+		Index: eth, MTU: 1355, Protocol: 77, Type: RouteUnicast}
+	rule := Rule{Family: IPv4, Priority: 901, Table: 900, Action: ActionToTable, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}
+	ops := []Op{
+		{Kind: RouteReplace, Route: route},
+		{Kind: RouteReplace, Route: route},
+		{Kind: RuleAdd, Rule: rule},
+		{Kind: RuleAdd, Rule: rule},
+		{Kind: RuleDelete, Rule: rule},
+		{Kind: RuleDelete, Rule: rule},
+		{Kind: RouteDelete, Route: route},
+		{Kind: RouteDelete, Route: route},
+	}
+	res, err := ap.Apply(ops)
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	for i, r := range res {
+		if r.Err != nil || r.Op.Kind != ops[i].Kind {
+			t.Errorf("result %d: %+v", i, r)
+		}
+	}
+	if want := fakeStateOf(nltestHostOnly(t)).Routes; !slices.Equal(fakeStateOf(k).Routes, want) {
+		t.Errorf("routes after add and delete:\n%s", gocmp.Diff(want, fakeStateOf(k).Routes))
+	}
+
+	k.FailNext(unix.RTM_NEWRULE, unix.EPERM, 1)
+	bad := route
+	bad.PrefSrc = netip.MustParseAddr("10.9.9.9") // not an address of the host
+	res, err = ap.Apply([]Op{{Kind: RuleAdd, Rule: rule}, {Kind: RouteReplace, Route: route}})
+	if !errors.Is(err, unix.EPERM) || !strings.HasPrefix(err.Error(), "netwatch: rule-add rule 901: not fwmark 0xe00/0xf00 lookup 900") {
+		t.Errorf("Apply with a refused rule: %v", err)
+	}
+	if !errors.Is(res[1].Err, ErrSkipped) {
+		t.Errorf("operation after a failure: %v, want ErrSkipped", res[1].Err)
+	}
+	_, err = ap.Apply([]Op{{Kind: RouteReplace, Route: bad}})
+	if !errors.Is(err, unix.EINVAL) || !strings.HasSuffix(err.Error(), "(kernel: Invalid prefsrc address)") {
+		t.Errorf("Apply of a route with a foreign prefsrc: %v, want EINVAL with the kernel's message", err)
+	}
+
+	split := route
+	split.Dst = netip.MustParsePrefix("10.1.0.0/16") // a main-table route's destination
+	if _, err := ap.Apply([]Op{{Kind: RouteReplace, Route: split}, {Kind: RuleAdd, Rule: rule}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mark  Mark
+		table Table
+		mtu   uint32
+	}{{0, 900, 1355}, {0xe00, TableMain, 0}} {
+		got, err := ap.RouteGet(netip.MustParseAddr("10.1.0.9"), tc.mark)
+		if err != nil {
+			t.Fatalf("RouteGet mark %v: %v", tc.mark, err)
+		}
+		if got.Table != tc.table || got.MTU != tc.mtu {
+			t.Errorf("RouteGet 10.1.0.9 mark %v: table %v mtu %d, want table %v mtu %d", tc.mark, got.Table, got.MTU, tc.table, tc.mtu)
+		}
+	}
+}
+
+// nltestHostOnly is fakeHost's kernel, for comparisons with a kernel that
+// went through changes and back.
+func nltestHostOnly(t *testing.T) *nltest.Kernel {
+	t.Helper()
+	k, _ := fakeHost(t)
+	return k
+}
