@@ -61,7 +61,7 @@ func typicalRoute(t testing.TB) []byte {
 
 func TestDecodeRoute(t *testing.T) {
 	for _, tc := range []struct {
-		name string
+		name  string
 		msg   *rtnetlink.RouteMessage
 		raw   []byte // instead of msg
 		extra []byte // attributes appended to msg
@@ -97,7 +97,7 @@ func TestDecodeRoute(t *testing.T) {
 	}, {
 		name: "IPv6 source prefix and flags",
 		msg: &rtnetlink.RouteMessage{Family: unix.AF_INET6, DstLength: 64, SrcLength: 48, Table: 254, Type: unix.RTN_UNICAST,
-			Flags: unix.RTNH_F_LINKDOWN | unix.RTNH_F_ONLINK | unix.RTM_F_NOTIFY,
+			Flags:      unix.RTNH_F_LINKDOWN | unix.RTNH_F_ONLINK | unix.RTM_F_NOTIFY,
 			Attributes: rtnetlink.RouteAttributes{Dst: ip("fd09::"), OutIface: 2}},
 		extra: attr(unix.RTA_SRC, ip("fd00:1:2:3::")),
 		want: Route{Family: IPv6, Table: TableMain, Dst: netip.MustParsePrefix("fd09::/64"), Src: netip.MustParsePrefix("fd00:1:2::/48"),
