@@ -274,8 +274,8 @@ func (e enumValue) Set(s string) error {
 	return fmt.Errorf("want %s", strings.Join(e.choices, ", "))
 }
 
-// protocolValue is --protocol: 4–255 or an iproute2 name such as kernel
-// or static.
+// protocolValue is --protocol: a number or an iproute2 name such as
+// kernel or static; mtupolicy's Validate refuses 0, 1 and 3.
 type protocolValue struct{ p *netwatch.Protocol }
 
 func (v protocolValue) String() string {
@@ -296,7 +296,7 @@ func (v protocolValue) Set(s string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("want a number from 4 to 255 or a name such as static")
+	return fmt.Errorf("want a number from 0 to 255 or a name such as kernel or static")
 }
 
 type addrValue struct{ a *netip.Addr }

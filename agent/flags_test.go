@@ -102,7 +102,7 @@ func TestBadFlagsExit2(t *testing.T) {
 		{[]string{"--prefix=10.0.0.0/16", "--table=main"}, `invalid value "main" for flag -table`},
 		{[]string{"--prefix=10.0.0.0/16", "--encryption=yes"}, `invalid value "yes" for flag -encryption: want on, off, auto`},
 		{[]string{"--prefix=10.0.0.0/16", "--log-format=xml"}, `invalid value "xml" for flag -log-format: want text, json`},
-		{[]string{"--prefix=10.0.0.0/16", "--protocol=2", "--encryption=on"}, "protocol 2 means something to the kernel"},
+		{[]string{"--prefix=10.0.0.0/16", "--protocol=3", "--encryption=on"}, "protocol 3 means something to the kernel"},
 		{[]string{"--prefix=10.0.0.0/16", "--protocol=nope"}, `invalid value "nope" for flag -protocol`},
 		{[]string{"--prefix=10.0.0.0/16", "--frobnicate"}, "flag provided but not defined: -frobnicate"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},

@@ -13,8 +13,9 @@ import (
 // in every list that hands out these numbers: the kernel's RTPROT_* values
 // (0–4, 8–18, 42, 84 OVN, 99 Open/R, 186–189, 192), iproute2's rt_protos,
 // FRR's private values (186–198) and Calico's 80; Cilium installs with
-// "kernel" (2). Values 0–3 mean something to the kernel itself (3, boot,
-// is also what a plain `ip route add` leaves). With a value of its own,
+// "kernel" (2). Values 0, 1 and 3 mean something to the kernel itself (3,
+// boot, is also what a plain `ip route add` leaves); "kernel" is accepted
+// for coexistence with systemd-networkd, which leaves it alone. With a value of its own,
 // `ip route show table all proto 109` and `ip rule show proto 109` list
 // exactly what marksplit installed.
 const DefaultProtocol netwatch.Protocol = 109
@@ -103,8 +104,12 @@ func (c Config) validate() error {
 	case c.Mark&^c.Mask != 0:
 		return fmt.Errorf("mask %v does not cover mark %v (bits %v outside it)", c.Mask, c.Mark, c.Mark&^c.Mask)
 	}
-	if c.Protocol < netwatch.ProtoStatic {
-		return fmt.Errorf("protocol %d means something to the kernel (0 unspec, 1 redirect, 2 kernel, 3 boot)", c.Protocol)
+	// "kernel" (2) is allowed: systemd-networkd never removes routes and
+	// rules of that protocol, so it is how the agent coexists with a
+	// networkd that manages foreign rules. The others below 4 mean
+	// something else to the kernel or to iproute2.
+	if c.Protocol < netwatch.ProtoStatic && c.Protocol != netwatch.ProtoKernel {
+		return fmt.Errorf("protocol %d means something to the kernel (0 unspec, 1 redirect, 3 boot); use 2 (kernel) or 4–255", c.Protocol)
 	}
 	if len(c.Prefixes) == 0 && c.UnderlayLink == "" {
 		return errors.New("nothing selected: give at least one prefix or an underlay link")
