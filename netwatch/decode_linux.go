@@ -264,6 +264,11 @@ func decodeRoute(b []byte, tables tableFilter) (Route, error) {
 		Flags:    RouteFlags(flags & rtnhFlags),
 	}
 	dstBits, srcBits := int(b[1]), int(b[2])
+	if f == IPv4 && srcBits != 0 || f == IPv6 && r.TOS != 0 {
+		// The kernel's IPv4 FIB has no source prefixes and IPv6 none of
+		// TOS; the cache's compact keys have no room for them either.
+		return Route{}, malformed("%v route with source length %d, tos %d", f, srcBits, r.TOS)
+	}
 	var dst, src netip.Addr
 	a := attrs{b: b[unix.SizeofRtMsg:]}
 	var err error
