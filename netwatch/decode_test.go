@@ -108,6 +108,15 @@ func TestDecodeRoute(t *testing.T) {
 			Attributes: rtnetlink.RouteAttributes{Dst: ip("fd09::"), OutIface: 2}},
 		err: errMalformed,
 	}, {
+		name:  "IPv4 source prefix",
+		msg:   &rtnetlink.RouteMessage{Family: unix.AF_INET, DstLength: 24, SrcLength: 24, Table: 254, Type: unix.RTN_UNICAST, Attributes: rtnetlink.RouteAttributes{Dst: ip("10.9.0.0"), OutIface: 2}},
+		extra: attr(unix.RTA_SRC, ip("10.8.0.0")),
+		err:   errMalformed,
+	}, {
+		name: "IPv6 TOS",
+		msg:  &rtnetlink.RouteMessage{Family: unix.AF_INET6, DstLength: 64, Tos: 0x10, Table: 254, Type: unix.RTN_UNICAST, Attributes: rtnetlink.RouteAttributes{Dst: ip("fd09::"), OutIface: 2}},
+		err:  errMalformed,
+	}, {
 		name:  "nexthop object",
 		msg:   &rtnetlink.RouteMessage{Family: unix.AF_INET, DstLength: 24, Table: 254, Type: unix.RTN_UNICAST, Attributes: rtnetlink.RouteAttributes{Dst: ip("10.9.0.0"), Gateway: ip("10.0.0.1"), OutIface: 2}},
 		extra: attr(rtaNHID, []byte{7, 0, 0, 0}),
