@@ -245,6 +245,15 @@ func repairAgent(agent string, trials int, logf func(string, ...any)) (repairRes
 		if err != nil {
 			return res, fmt.Errorf("agent: %w; its output:\n%s", err, p.out.String())
 		}
+		// A stopped agent leaves its rule in place: take it away, so that
+		// the next agent's adding it says that agent is up.
+		l.drain()
+		if err := deleteRule(s); err != nil {
+			return res, fmt.Errorf("delete rule between agents: %w", err)
+		}
+		if _, err := l.wait(unix.RTM_DELRULE, 5*time.Second); err != nil {
+			return res, err
+		}
 	}
 	return res, nil
 }
