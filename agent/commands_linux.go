@@ -337,9 +337,9 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 					mtus[i], src = l.MTU, " (the link's)"
 				}
 			}
-			words := routeAttrs(getRouteWords(rt), v.Link)
-			words[0].value = o.peer.String()
-			lines[i] = fmt.Sprintf("%s table %v mtu %d%s", render(words), rt.Table, mtus[i], src)
+			words := getRouteWords(rt)
+			hop := strings.TrimPrefix(words.Describe(v.Link), words.Dst.String())
+			lines[i] = fmt.Sprintf("%v%s table %v mtu %d%s", o.peer, hop, rt.Table, mtus[i], src)
 		}
 	})
 	fmt.Fprintf(stdout, "unmarked:  %s\n", lines[0])
@@ -368,9 +368,10 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 	return nil
 }
 
-// getRouteWords shapes a route-get answer for routeAttrs: table and MTU
-// are printed apart, and the answer's scope and metric say nothing here.
+// getRouteWords shapes a route-get answer for Route.Describe: the peer
+// replaces the destination and its type, table and MTU are printed apart,
+// and the answer's scope and metric say nothing here.
 func getRouteWords(r netwatch.Route) netwatch.Route {
-	r.MTU, r.Metric, r.Scope = 0, 0, netwatch.ScopeUniverse
+	r.MTU, r.Metric, r.Scope, r.Type = 0, 0, netwatch.ScopeUniverse, netwatch.RouteUnicast
 	return r
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -136,7 +137,7 @@ func (r *reconciler) plan() (ops []netwatch.Op, lines []string, planned bool, er
 		}
 		lines = make([]string, len(ops))
 		for i, op := range ops {
-			lines[i] = describe(op, v.Link)
+			lines[i] = op.Describe(v.Link)
 		}
 	})
 	return ops, lines, planned, err
@@ -160,7 +161,7 @@ func (r *reconciler) pass() passResult {
 	vd := r.damp.filter(ops, now)
 	for _, f := range vd.fights {
 		r.log.Warn(fmt.Sprintf("fight: another program keeps undoing %q: undone %d times in %s; repairing it with back-off, next in %s",
-			describe(f.op, nil), f.undos, roundDuration(f.since), roundDuration(f.next)),
+			f.op.Describe(nil), f.undos, roundDuration(f.since), roundDuration(f.next)),
 			"object", objectName(f.op), "undone", f.undos)
 	}
 	for _, op := range vd.delayed {
@@ -299,7 +300,7 @@ func roundDuration(d time.Duration) time.Duration {
 // objectName names the object an operation is about, for structured logs.
 func objectName(op netwatch.Op) string {
 	if op.Kind == netwatch.RuleAdd || op.Kind == netwatch.RuleDelete {
-		head, _ := ruleText(op.Rule)
+		head, _, _ := strings.Cut(op.Describe(nil), ":") // "rule 900 (inet6)"
 		return head
 	}
 	r := op.Route

@@ -1,18 +1,12 @@
-package main
+package netwatch
 
 import (
 	"strconv"
 	"strings"
-
-	"github.com/marksplit/marksplit/netwatch"
 )
 
-// linkNames resolves link indexes for log lines; a View's Link method.
-type linkNames func(index uint32) (netwatch.Link, bool)
-
-// describe renders an operation as the one log line DESIGN.md defines for
-// the kernel change it makes, in ip(8)'s words, naming the object and what
-// it was before:
+// Describe renders o as the one log line of the kernel change it makes, in
+// ip(8)'s words, naming the object and what it was before:
 //
 //	table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355
 //	table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1420 (was 1355)
@@ -21,42 +15,65 @@ type linkNames func(index uint32) (netwatch.Link, bool)
 //	rule 900 (inet6): removed not fwmark 0xe00/0xf00 lookup 900
 //	dhcp route 10.0.0.0/16 mtu 1450 (was 1355)
 //
-// The last is a repair of a foreign route, named by its protocol.
-func describe(op netwatch.Op, links linkNames) string {
-	switch op.Kind {
-	case netwatch.RouteReplace:
-		if op.Repair {
-			return describeRepair(op, links)
+// The last is a repair of a foreign route, named by its protocol. links
+// resolves link indexes to names, as View.Link does; without it, or for a
+// link it does not know, a link is "#INDEX". Call it inside Read, with the
+// view the plan was made from.
+func (o Op) Describe(links func(index uint32) (Link, bool)) string {
+	switch o.Kind {
+	case RouteReplace:
+		if o.Repair {
+			return o.describeRepair(links)
 		}
-		var was []attr
-		if op.HasWas {
-			was = routeAttrs(op.Was, links)
+		var was []word
+		if o.HasWas {
+			was = routeAttrs(o.Was, links)
 		}
-		return "table " + op.Route.Table.String() + ": " + renderDiff(routeAttrs(op.Route, links), was, op.HasWas)
-	case netwatch.RouteDelete:
-		return "table " + op.Route.Table.String() + ": removed " + render(routeAttrs(op.Route, links))
-	case netwatch.RuleAdd:
-		head, body := ruleText(op.Rule)
+		return "table " + o.Route.Table.String() + ": " + renderDiff(routeAttrs(o.Route, links), was, o.HasWas)
+	case RouteDelete:
+		return "table " + o.Route.Table.String() + ": removed " + render(routeAttrs(o.Route, links))
+	case RuleAdd:
+		head, body := ruleText(o.Rule)
 		return head + ":" + body
-	case netwatch.RuleDelete:
-		head, body := ruleText(op.Rule)
+	case RuleDelete:
+		head, body := ruleText(o.Rule)
 		return head + ": removed" + body
 	}
-	return op.Kind.String()
+	return o.Kind.String()
+}
+
+// DescribeWhole is Describe, except that a replaced owned route's previous
+// state is written out whole rather than word by word, which reads better
+// when the path changes:
+//
+//	table 920: 0.0.0.0/0 via 192.0.2.254 dev eth1 (was 0.0.0.0/0 via 192.0.2.1 dev eth1)
+func (o Op) DescribeWhole(links func(index uint32) (Link, bool)) string {
+	if o.Kind != RouteReplace || o.Repair || !o.HasWas {
+		return o.Describe(links)
+	}
+	return "table " + o.Route.Table.String() + ": " + o.Route.Describe(links) + " (was " + o.Was.Describe(links) + ")"
+}
+
+// Describe renders r in ip(8)'s words and order, with link names from
+// links (as in Op.Describe): the destination (after the type, unless
+// unicast), then from, via, dev, nexthops, nhid, scope, src, metric and
+// mtu where set. Unlike String, it leaves out the table.
+func (r Route) Describe(links func(index uint32) (Link, bool)) string {
+	return render(routeAttrs(r, links))
 }
 
 // describeRepair names a foreign route by its protocol and shows only
 // what changed: "dhcp route 10.0.0.0/16 mtu 1450 (was 1355)".
-func describeRepair(op netwatch.Op, links linkNames) string {
-	proto := op.Route.Protocol
-	if op.HasWas {
-		proto = op.Was.Protocol
+func (o Op) describeRepair(links func(uint32) (Link, bool)) string {
+	proto := o.Route.Protocol
+	if o.HasWas {
+		proto = o.Was.Protocol
 	}
-	head := proto.String() + " route " + op.Route.Dst.String()
-	if op.Route.Table != netwatch.TableMain {
-		head += " table " + op.Route.Table.String()
+	head := proto.String() + " route " + o.Route.Dst.String()
+	if o.Route.Table != TableMain {
+		head += " table " + o.Route.Table.String()
 	}
-	rt := op.Route
+	rt := o.Route
 	if rt.MTU == 0 && links != nil {
 		// A repair that removes the MTU gives the route its link's: say
 		// which, as in "dhcp route 10.0.0.0/16 mtu 1450 (was 1355)".
@@ -65,22 +82,22 @@ func describeRepair(op netwatch.Op, links linkNames) string {
 		}
 	}
 	now := routeAttrs(rt, links)
-	if !op.HasWas {
+	if !o.HasWas {
 		return head + " " + render(now[1:])
 	}
-	was := routeAttrs(op.Was, links)
+	was := routeAttrs(o.Was, links)
 	var words []string
 	for _, a := range now[1:] {
 		switch w, ok := lookup(was, a.name); {
 		case !ok:
-			words = append(words, render([]attr{a})+" (was unset)")
+			words = append(words, render([]word{a})+" (was unset)")
 		case w != a.value:
-			words = append(words, render([]attr{a})+" (was "+w+")")
+			words = append(words, render([]word{a})+" (was "+w+")")
 		}
 	}
 	for _, w := range was[1:] {
 		if _, ok := lookup(now, w.name); !ok {
-			words = append(words, "(was "+render([]attr{w})+")")
+			words = append(words, "(was "+render([]word{w})+")")
 		}
 	}
 	if len(words) == 0 {
@@ -92,20 +109,20 @@ func describeRepair(op netwatch.Op, links linkNames) string {
 
 // ruleText splits a rule into "rule 900" ("rule 900 (inet6)" for IPv6)
 // and " not fwmark 0xe00/0xf00 lookup 900".
-func ruleText(r netwatch.Rule) (head, body string) {
+func ruleText(r Rule) (head, body string) {
 	p := strconv.FormatUint(uint64(r.Priority), 10)
 	head = "rule " + p
-	if r.Family == netwatch.IPv6 {
+	if r.Family == IPv6 {
 		head += " (inet6)"
 	}
 	return head, strings.TrimPrefix(r.String(), p+":")
 }
 
-// attr is one word of a route in ip(8)'s order; the destination has no
+// word is one word of a route in ip(8)'s order; the destination has no
 // name.
-type attr struct{ name, value string }
+type word struct{ name, value string }
 
-func lookup(as []attr, name string) (string, bool) {
+func lookup(as []word, name string) (string, bool) {
 	for _, a := range as {
 		if a.name == name {
 			return a.value, true
@@ -114,7 +131,7 @@ func lookup(as []attr, name string) (string, bool) {
 	return "", false
 }
 
-func linkName(links linkNames, index uint32) string {
+func linkName(links func(uint32) (Link, bool), index uint32) string {
 	if links != nil {
 		if l, ok := links(index); ok {
 			return l.Name
@@ -123,16 +140,14 @@ func linkName(links linkNames, index uint32) string {
 	return "#" + strconv.FormatUint(uint64(index), 10)
 }
 
-// routeAttrs lists a route's words: destination (after the type, unless
-// unicast), then from, via, dev, nexthops, scope, src, metric and mtu where
-// set.
-func routeAttrs(r netwatch.Route, links linkNames) []attr {
+// routeAttrs lists a route's words, as Route.Describe renders them.
+func routeAttrs(r Route, links func(uint32) (Link, bool)) []word {
 	dst := r.Dst.String()
-	if r.Type != netwatch.RouteUnicast && r.Type != netwatch.RouteUnspec {
+	if r.Type != RouteUnicast && r.Type != RouteUnspec {
 		dst = r.Type.String() + " " + dst
 	}
-	as := []attr{{"", dst}}
-	add := func(name, value string) { as = append(as, attr{name, value}) }
+	as := []word{{"", dst}}
+	add := func(name, value string) { as = append(as, word{name, value}) }
 	if r.Src.IsValid() {
 		add("from", r.Src.String())
 	}
@@ -157,7 +172,7 @@ func routeAttrs(r netwatch.Route, links linkNames) []attr {
 	if r.NHID != 0 {
 		add("nhid", strconv.FormatUint(uint64(r.NHID), 10))
 	}
-	if r.Scope != netwatch.ScopeUniverse {
+	if r.Scope != ScopeUniverse {
 		add("scope", r.Scope.String())
 	}
 	if r.PrefSrc.IsValid() {
@@ -172,7 +187,7 @@ func routeAttrs(r netwatch.Route, links linkNames) []attr {
 	return as
 }
 
-func render(as []attr) string {
+func render(as []word) string {
 	var b strings.Builder
 	for i, a := range as {
 		if i > 0 {
@@ -190,7 +205,7 @@ func render(as []attr) string {
 // renderDiff renders now with "(was OLD)" after each word whose value
 // differs in was, "(was unset)" after words was lacks, and the words only
 // was has at the end, as "(was NAME VALUE)". Without hasWas it is render.
-func renderDiff(now, was []attr, hasWas bool) string {
+func renderDiff(now, was []word, hasWas bool) string {
 	if !hasWas {
 		return render(now)
 	}
@@ -199,7 +214,7 @@ func renderDiff(now, was []attr, hasWas bool) string {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(render([]attr{a}))
+		b.WriteString(render([]word{a}))
 		if a.name == "" {
 			continue
 		}
@@ -215,7 +230,7 @@ func renderDiff(now, was []attr, hasWas bool) string {
 			continue
 		}
 		if _, ok := lookup(now, w.name); !ok {
-			b.WriteString(" (was " + render([]attr{w}) + ")")
+			b.WriteString(" (was " + render([]word{w}) + ")")
 		}
 	}
 	return b.String()
