@@ -27,7 +27,7 @@ import (
 )
 
 // The event consumers, in table order; raw is the floor.
-var churnContenders = []string{"raw", "netwatch", "vishvananda-subscribe", "rtnetlink", "ip-monitor"}
+var churnContenders = []string{"raw", "netwatch", "netwatch-msgbuf", "vishvananda-subscribe", "rtnetlink", "ip-monitor"}
 
 // tally counts a consumer's events and stamps the first and last.
 type tally struct {
@@ -90,8 +90,8 @@ func childChurn(contender string, rcvbuf, existing int, expected int64) (churnRe
 	switch contender {
 	case "raw":
 		c = &rawConsumer{t: &t}
-	case "netwatch":
-		c = &netwatchConsumer{t: &t}
+	case "netwatch", "netwatch-msgbuf":
+		c = &netwatchConsumer{t: &t, dialer: dialerFor(contender)}
 	case "vishvananda-subscribe":
 		c = &vnlConsumer{t: &t}
 	case "rtnetlink":
@@ -243,6 +243,7 @@ func (c *rawConsumer) rcvBuf() int                   { return c.s.rcvBuf() }
 // says something changed, Stats counts.
 type netwatchConsumer struct {
 	t      *tally
+	dialer netwatch.Dialer
 	w      *netwatch.Watcher
 	cancel context.CancelFunc
 	done   chan struct{} // Run returned
@@ -251,7 +252,7 @@ type netwatchConsumer struct {
 }
 
 func (c *netwatchConsumer) sync(rcvbuf, _ int) error {
-	c.w = netwatch.New(netwatch.Options{ReadBuffer: rcvbuf})
+	c.w = netwatch.New(netwatch.Options{Dialer: c.dialer, ReadBuffer: rcvbuf})
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	c.done = make(chan struct{})
