@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -178,20 +179,17 @@ func (w *Watcher) Resync() {
 
 // Stats returns a copy of the counters.
 func (w *Watcher) Stats() Stats {
+	// Never hold both locks: applyBatch takes statMu under mu.
+	w.mu.RLock()
+	synced, gen := w.st.synced, w.st.gen
+	w.mu.RUnlock()
+
 	w.statMu.Lock()
 	defer w.statMu.Unlock()
 	s := w.stats
-	s.Events = make(map[Kind]uint64, len(w.stats.Events))
-	for k, v := range w.stats.Events {
-		s.Events[k] = v
-	}
-	s.Resyncs = make(map[ResyncCause]uint64, len(w.stats.Resyncs))
-	for k, v := range w.stats.Resyncs {
-		s.Resyncs[k] = v
-	}
-	w.mu.RLock()
-	s.Synced, s.Generation = w.st.synced, w.st.gen
-	w.mu.RUnlock()
+	s.Synced, s.Generation = synced, gen
+	s.Events = maps.Clone(w.stats.Events)
+	s.Resyncs = maps.Clone(w.stats.Resyncs)
 	return s
 }
 
