@@ -6,7 +6,7 @@ VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X main.version=$(VERSION)
 FUZZTIME    ?= 10s
 
-.PHONY: all build test test-k8s bench fuzz lint demo image release clean
+.PHONY: all build test test-k8s bench bench-compare fuzz lint demo image release clean
 
 all: build
 
@@ -19,6 +19,7 @@ build:
 test:
 	$(GO) test -race -count=1 ./...
 	cd deploy && $(GO) test -count=1 ./...
+	cd bench && $(GO) test -count=1 ./...
 	$(MAKE) test-k8s
 
 # Builds kube-apiserver once (cached in $${MARKSPLIT_CACHE:-/var/cache/marksplit})
@@ -28,6 +29,11 @@ test-k8s:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Side by side with vishvananda/netlink, rtnetlink, iproute2 and the 30 s
+# polling loop, in a fresh namespace (root); regenerates BENCHMARKS.md.
+bench-compare:
+	cd bench && $(GO) run . -out ../BENCHMARKS.md
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \
@@ -43,6 +49,7 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	cd deploy && $(GO) vet ./...
 	cd test/k8s && $(GO) vet ./...
+	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 demo:
 	scripts/demo.sh
