@@ -1,0 +1,316 @@
+//go:build linux
+
+package netwatch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/internal/nltest"
+	"golang.org/x/sys/unix"
+)
+
+// Reconciler tests on internal/nltest's fake kernel (fakeHost): a policy
+// that keeps table 900 at the tunnel link's MTU, as the agent does.
+
+// tunnelPolicy wants, in table 900, 10.0.0.0/16 and 10.1.0.0/16 via
+// 10.0.0.1 dev eth0 at cilium_wg0's MTU, and the IPv4 rule at 900; the
+// IPv6 route and rule that fakeHost has at 900 are to go.
+func tunnelPolicy(eth uint32) func(View) (Desired, bool) {
+	return func(v View) (Desired, bool) {
+		wg, ok := v.LinkByName("cilium_wg0")
+		if !ok {
+			return Desired{}, false
+		}
+		d := Desired{Own: Owned{
+			Tables:     []OwnedTable{{IPv4, 900}, {IPv6, 900}},
+			Priorities: []OwnedPriority{{IPv4, 900}, {IPv6, 900}},
+		}}
+		for _, dst := range []string{"10.0.0.0/16", "10.1.0.0/16"} {
+			d.Routes = append(d.Routes, Route{Family: IPv4, Table: 900, Dst: netip.MustParsePrefix(dst),
+				Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth, PrefSrc: netip.MustParseAddr("10.0.0.5"),
+				MTU: wg.MTU, Protocol: 77, Scope: ScopeUniverse, Type: RouteUnicast})
+		}
+		d.Rules = append(d.Rules, Rule{Family: IPv4, Priority: 900, Table: 900, Action: ActionToTable,
+			Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77})
+		return d, true
+	}
+}
+
+// logRecorder is a slog.Handler that keeps each record as "LEVEL message".
+type logRecorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler            { return h }
+
+func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lines = append(h.lines, r.Level.String()+" "+r.Message)
+	return nil
+}
+
+func (h *logRecorder) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l := h.lines
+	h.lines = nil
+	return l
+}
+
+// passResult is what OnPass reports.
+type passResult struct {
+	applied []Op
+	err     error
+}
+
+// startReconciler starts r on a watcher of k and an applier, with a
+// recording logger and OnPass reporting on the returned channel. Run must
+// return nil within a second of the test's end.
+func startReconciler(t *testing.T, k *nltest.Kernel, r *Reconciler) (<-chan passResult, *logRecorder) {
+	t.Helper()
+	w, _ := startFake(t, k, Options{})
+	a, err := DialApplier(&fakeDialer{k: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	rec := new(logRecorder)
+	passes := make(chan passResult, 16)
+	r.Watcher, r.Applier, r.Logger = w, a, slog.New(rec)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.OnPass = func(applied []Op, err error) {
+		select {
+		case passes <- passResult{applied, err}:
+		case <-ctx.Done():
+		}
+	}
+	if r.Backoff == nil {
+		r.Backoff = fastBackoff
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(time.Second):
+			t.Errorf("Run did not return within 1 s of cancellation")
+			<-done
+		}
+	})
+	return passes, rec
+}
+
+// nextPass waits for the next pass that had something to do.
+func nextPass(t *testing.T, passes <-chan passResult, what string) passResult {
+	t.Helper()
+	select {
+	case p := <-passes:
+		return p
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: no pass within 5 s", what)
+	}
+	panic("unreachable")
+}
+
+// describeAll describes ops with the fake kernel's link names.
+func describeAll(k *nltest.Kernel, ops []Op) []string {
+	links := func(index uint32) (Link, bool) {
+		for _, l := range k.Links() {
+			if l.Index == index {
+				return Link{Index: index, Name: l.Name}, true
+			}
+		}
+		return Link{}, false
+	}
+	var s []string
+	for _, op := range ops {
+		s = append(s, op.Describe(links))
+	}
+	return s
+}
+
+// TestReconcilerConverges: the first pass makes the policy's changes, each
+// applied and logged once; the next pass is the one the next change of the
+// world calls for, so nothing was repeated while the cache caught up.
+func TestReconcilerConverges(t *testing.T) {
+	k, eth := fakeHost(t)
+	wg := k.Links()[len(k.Links())-1].Index // cilium_wg0, added last
+	passes, rec := startReconciler(t, k, &Reconciler{Policy: tunnelPolicy(eth)})
+
+	steps := []struct {
+		name string
+		do   func() error
+		want []string // log lines, in order
+	}{
+		{"initial", func() error { return nil }, []string{
+			"INFO table 900: 10.1.0.0/16 via 10.0.0.1 dev eth0 src 10.0.0.5 mtu 1355",
+			"INFO rule 900 (inet6): removed not fwmark 0xe00/0xf00 lookup 900",
+			"INFO table 900: removed fd01::/64 via fd00::1 dev eth0 metric 1024 mtu 1355",
+		}},
+		{"the tunnel's MTU changes", func() error { return k.SetLinkMTU(wg, 1300) }, []string{
+			"INFO table 900: 10.0.0.0/16 via 10.0.0.1 dev eth0 src 10.0.0.5 mtu 1300 (was 1355)",
+			"INFO table 900: 10.1.0.0/16 via 10.0.0.1 dev eth0 src 10.0.0.5 mtu 1300 (was 1355)",
+		}},
+		{"someone deletes the rule", func() error {
+			return k.DelRule(nltest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77})
+		}, []string{
+			"INFO rule 900: not fwmark 0xe00/0xf00 lookup 900",
+		}},
+	}
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		p := nextPass(t, passes, st.name)
+		if p.err != nil {
+			t.Fatalf("%s: pass failed: %v", st.name, p.err)
+		}
+		got := rec.take()
+		if diff := gocmp.Diff(st.want, got); diff != "" {
+			t.Errorf("%s: log (-want +got):\n%s", st.name, diff)
+		}
+		if diff := gocmp.Diff(st.want, prefixAll("INFO ", describeAll(k, p.applied))); diff != "" {
+			t.Errorf("%s: applied (-want +got):\n%s", st.name, diff)
+		}
+	}
+}
+
+func prefixAll(p string, ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = p + s
+	}
+	return out
+}
+
+// TestReconcilerRetries: a pass the kernel refuses is retried, the
+// operations it made are not made again, and the failure is logged once.
+func TestReconcilerRetries(t *testing.T) {
+	k, eth := fakeHost(t)
+	k.FailNext(unix.RTM_NEWROUTE, unix.EPERM, 1)
+	passes, rec := startReconciler(t, k, &Reconciler{Policy: tunnelPolicy(eth)})
+
+	first := nextPass(t, passes, "refused pass")
+	if !errors.Is(first.err, unix.EPERM) {
+		t.Fatalf("first pass: err %v, want EPERM", first.err)
+	}
+	second := nextPass(t, passes, "retry")
+	if second.err != nil {
+		t.Fatalf("retry: %v", second.err)
+	}
+	got := describeAll(k, append(first.applied, second.applied...))
+	want := []string{
+		"table 900: 10.1.0.0/16 via 10.0.0.1 dev eth0 src 10.0.0.5 mtu 1355",
+		"rule 900 (inet6): removed not fwmark 0xe00/0xf00 lookup 900",
+		"table 900: removed fd01::/64 via fd00::1 dev eth0 metric 1024 mtu 1355",
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Errorf("applied over both passes (-want +got):\n%s", diff)
+	}
+	warns := 0
+	for _, l := range rec.take() {
+		if l == "WARN netwatch: reconcile pass failed; retrying" {
+			warns++
+		}
+	}
+	if warns != 1 {
+		t.Errorf("%d failure lines, want 1", warns)
+	}
+	if rt := slices.IndexFunc(k.Routes(), func(r nltest.Route) bool {
+		return r.Table == 900 && r.Dst == netip.MustParsePrefix("10.1.0.0/16")
+	}); rt < 0 {
+		t.Errorf("10.1.0.0/16 is not in table 900 after the retry: %v", k.Routes())
+	}
+}
+
+// TestReconcilerWaits: nothing is changed while the policy cannot tell,
+// and Run still returns at cancellation.
+func TestReconcilerWaits(t *testing.T) {
+	k, eth := fakeHost(t)
+	before := fakeStateOf(k)
+	asked := make(chan struct{}, 1)
+	passes, _ := startReconciler(t, k, &Reconciler{Policy: func(v View) (Desired, bool) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		return Desired{}, false
+	}})
+	select {
+	case <-asked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the policy was never asked")
+	}
+	if err := k.SetLinkUp(eth, false); err != nil { // a change: another pass
+		t.Fatal(err)
+	}
+	<-asked
+	select {
+	case p := <-passes:
+		t.Fatalf("a pass did something: %+v", p)
+	default:
+	}
+	after := fakeStateOf(k)
+	if diff := gocmp.Diff(before.Rules, after.Rules); diff != "" {
+		t.Errorf("rules changed (-before +after):\n%s", diff)
+	}
+}
+
+// TestReconcilerResync: Resync asks the watcher for re-dumps.
+func TestReconcilerResync(t *testing.T) {
+	k, eth := fakeHost(t)
+	r := &Reconciler{Policy: tunnelPolicy(eth), Resync: 5 * time.Millisecond}
+	startReconciler(t, k, r)
+	// Count link dumps in the fake kernel rather than poll Stats: the
+	// resyncs are what the test is about, not the watcher's account of them.
+	linkDumps := func() int {
+		n := 0
+		for _, q := range k.Requests() {
+			if q.Type == unix.RTM_GETLINK {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for linkDumps() < 3 { // the initial sync and two resyncs
+		select {
+		case <-deadline.C:
+			t.Fatalf("%d link dumps in 5 s with Resync every 5 ms, want 3", linkDumps())
+		case <-tick.C:
+		}
+	}
+}
+
+// TestReconcilerIncomplete: Run refuses to start without its parts.
+func TestReconcilerIncomplete(t *testing.T) {
+	for _, r := range []*Reconciler{
+		{},
+		{Watcher: New(Options{}), Policy: func(View) (Desired, bool) { return Desired{}, false }},
+	} {
+		if err := r.Run(context.Background()); !errors.Is(err, errIncomplete) {
+			t.Errorf("Run(%+v): %v, want errIncomplete", r, err)
+		}
+	}
+}
