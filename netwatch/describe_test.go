@@ -77,8 +77,11 @@ func TestOpDescribe(t *testing.T) {
 
 func TestOpDescribeWhole(t *testing.T) {
 	links := func(i uint32) (Link, bool) {
-		if i == 3 {
+		switch i {
+		case 3:
 			return Link{Index: 3, Name: "eth1", MTU: 1500}, true
+		case 7:
+			return Link{Index: 7, Name: "tailscale0", MTU: 1280}, true
 		}
 		return Link{}, false
 	}
@@ -90,6 +93,11 @@ func TestOpDescribeWhole(t *testing.T) {
 	fixed := repaired
 	fixed.MTU = 1500
 	rule := Rule{Family: IPv4, Priority: 920, Table: 920, Action: ActionToTable, Mark: 0x100, Mask: 0xff00}
+	vpn := Route{Family: IPv4, Table: 910, Dst: pfx("10.8.0.0/16"), Index: 7, PrefSrc: addr("100.64.0.1"),
+		Protocol: 241, Scope: ScopeLink, Type: RouteUnicast}
+	vpnWas := vpn
+	vpnWas.PrefSrc = addr("100.64.0.7")
+	gone := Route{Family: IPv6, Table: 910, Dst: pfx("fd00:8::/64"), Index: 5, Metric: 1024, Type: RouteUnicast}
 
 	tests := []struct {
 		op   Op
@@ -103,6 +111,12 @@ func TestOpDescribeWhole(t *testing.T) {
 			"table 920: removed 0.0.0.0/0 via 192.0.2.254 dev eth1"},
 		{Op{Kind: RuleAdd, Rule: rule},
 			"rule 920: fwmark 0x100/0xff00 lookup 920"},
+		{Op{Kind: RouteReplace, Route: vpn, Was: vpnWas, HasWas: true},
+			"table 910: 10.8.0.0/16 dev tailscale0 scope link src 100.64.0.1 (was 10.8.0.0/16 dev tailscale0 scope link src 100.64.0.7)"},
+		{Op{Kind: RouteDelete, Route: gone},
+			"table 910: removed fd00:8::/64 dev #5 metric 1024"},
+		{Op{Kind: RuleDelete, Rule: Rule{Family: IPv6, Priority: 910, Table: 910, Action: ActionToTable, Invert: true, Mark: 0x80000, Mask: 0xff0000}},
+			"rule 910 (inet6): removed not fwmark 0x80000/0xff0000 lookup 910"},
 		{Op{Kind: RouteReplace, Route: fixed, Was: repaired, HasWas: true, Repair: true},
 			"dhcp route 10.0.0.0/16 mtu 1500 (was 1355)"},
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/marksplit/marksplit/netwatch"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -58,28 +57,5 @@ func TestParseArgs(t *testing.T) {
 				t.Errorf("parseArgs (-want +got):\n%s", diff)
 			}
 		})
-	}
-}
-
-func TestDescribe(t *testing.T) {
-	names := map[uint32]string{eth1: "eth1"}
-	tests := []struct {
-		op   netwatch.Op
-		want string
-	}{
-		{netwatch.Op{Kind: netwatch.RouteReplace, Route: pinned(netwatch.IPv4, "192.0.2.254", eth1),
-			Was: pinned(netwatch.IPv4, "192.0.2.1", eth1), HasWas: true},
-			"table 920: 0.0.0.0/0 via 192.0.2.254 dev eth1 (was 0.0.0.0/0 via 192.0.2.1 dev eth1)"},
-		{netwatch.Op{Kind: netwatch.RouteReplace, Route: pinned(netwatch.IPv6, "fe80::1", eth1)},
-			"table 920: ::/0 via fe80::1 dev eth1"},
-		{netwatch.Op{Kind: netwatch.RouteDelete, Route: pinned(netwatch.IPv4, "192.0.2.1", eth1Next)},
-			"table 920: removed 0.0.0.0/0 via 192.0.2.1 dev #5"},
-		{netwatch.Op{Kind: netwatch.RuleAdd, Rule: rule(netwatch.IPv4)}, "rule 920: fwmark 0x100/0xff00 lookup 920"},
-		{netwatch.Op{Kind: netwatch.RuleDelete, Rule: rule(netwatch.IPv6)}, "rule 920 (inet6): removed fwmark 0x100/0xff00 lookup 920"},
-	}
-	for _, tt := range tests {
-		if got := describe(tt.op, names); got != tt.want {
-			t.Errorf("describe(%v):\n got %q\nwant %q", tt.op.Kind, got, tt.want)
-		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"github.com/marksplit/marksplit/netwatch"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -83,27 +82,4 @@ func splitArgs(s string) []string {
 		args = append(args, a)
 	}
 	return args
-}
-
-func TestDescribe(t *testing.T) {
-	names := map[uint32]string{7: "tailscale0"}
-	r := route4("10.8.0.0/16", 7, "100.64.0.1")
-	was := route4("10.8.0.0/16", 7, "100.64.0.7")
-	gone := route6("fd00:8::/64", 5, "")
-	tests := []struct {
-		op   netwatch.Op
-		want string
-	}{
-		{netwatch.Op{Kind: netwatch.RouteReplace, Route: r}, "table 910: 10.8.0.0/16 dev tailscale0 src 100.64.0.1"},
-		{netwatch.Op{Kind: netwatch.RouteReplace, Route: r, Was: was, HasWas: true},
-			"table 910: 10.8.0.0/16 dev tailscale0 src 100.64.0.1 (was 10.8.0.0/16 dev tailscale0 src 100.64.0.7)"},
-		{netwatch.Op{Kind: netwatch.RouteDelete, Route: gone}, "table 910: removed fd00:8::/64 dev #5"},
-		{netwatch.Op{Kind: netwatch.RuleAdd, Rule: rule(netwatch.IPv4)}, "rule 910: not fwmark 0x80000/0xff0000 lookup 910"},
-		{netwatch.Op{Kind: netwatch.RuleDelete, Rule: rule(netwatch.IPv6)}, "rule 910 (inet6): removed not fwmark 0x80000/0xff0000 lookup 910"},
-	}
-	for _, tt := range tests {
-		if got := describe(tt.op, names); got != tt.want {
-			t.Errorf("describe(%v):\n got %q\nwant %q", tt.op.Kind, got, tt.want)
-		}
-	}
 }
