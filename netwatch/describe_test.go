@@ -5,16 +5,21 @@ import (
 	"testing"
 )
 
-func TestOpDescribe(t *testing.T) {
-	links := func(i uint32) (Link, bool) {
-		switch i {
-		case 2:
-			return Link{Index: 2, Name: "enp7s0", MTU: 1450}, true
-		case 3:
-			return Link{Index: 3, Name: "eth1", MTU: 1500}, true
-		}
-		return Link{}, false
+// testLinks resolves the links of the describe tests, as View.Link does;
+// index 5 and 42 are gone.
+func testLinks(i uint32) (Link, bool) {
+	switch i {
+	case 2:
+		return Link{Index: 2, Name: "enp7s0", MTU: 1450}, true
+	case 3:
+		return Link{Index: 3, Name: "eth1", MTU: 1500}, true
+	case 7:
+		return Link{Index: 7, Name: "tailscale0", MTU: 1280}, true
 	}
+	return Link{}, false
+}
+
+func TestOpDescribe(t *testing.T) {
 	pfx, addr := netip.MustParsePrefix, netip.MustParseAddr
 	table := Route{
 		Family: IPv4, Table: 900, Dst: pfx("10.0.0.0/16"), Gateway: addr("10.0.0.1"), Index: 2,
@@ -69,22 +74,13 @@ func TestOpDescribe(t *testing.T) {
 			"rule 900 (inet6): not fwmark 0xe00/0xf00 lookup 900"},
 	}
 	for _, tt := range tests {
-		if got := tt.op.Describe(links); got != tt.want {
+		if got := tt.op.Describe(testLinks); got != tt.want {
 			t.Errorf("Describe(%v %v)\n got %q\nwant %q", tt.op.Kind, tt.op.Route, got, tt.want)
 		}
 	}
 }
 
 func TestOpDescribeWhole(t *testing.T) {
-	links := func(i uint32) (Link, bool) {
-		switch i {
-		case 3:
-			return Link{Index: 3, Name: "eth1", MTU: 1500}, true
-		case 7:
-			return Link{Index: 7, Name: "tailscale0", MTU: 1280}, true
-		}
-		return Link{}, false
-	}
 	pfx, addr := netip.MustParsePrefix, netip.MustParseAddr
 	was := Route{Family: IPv4, Table: 920, Dst: pfx("0.0.0.0/0"), Gateway: addr("192.0.2.1"), Index: 3, Protocol: 242, Type: RouteUnicast}
 	now := was
@@ -121,7 +117,7 @@ func TestOpDescribeWhole(t *testing.T) {
 			"dhcp route 10.0.0.0/16 mtu 1500 (was 1355)"},
 	}
 	for _, tt := range tests {
-		if got := tt.op.DescribeWhole(links); got != tt.want {
+		if got := tt.op.DescribeWhole(testLinks); got != tt.want {
 			t.Errorf("DescribeWhole(%v %v)\n got %q\nwant %q", tt.op.Kind, tt.op.Route, got, tt.want)
 		}
 	}
