@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -714,7 +715,10 @@ func (rw *routeWriter) do(typ uint16, flags netlink.HeaderFlags, rs []Route) (in
 		for got := 0; got < n; {
 			ms, err := rw.c.Receive()
 			if err != nil {
-				if _, ok := err.(*netlink.OpError); !ok || strings.Contains(err.Error(), "receive") {
+				// The kernel's answer to one request is a bare errno;
+				// the socket's own failures are system call errors.
+				var se *os.SyscallError
+				if errors.As(err, &se) || !errors.As(err, new(unix.Errno)) {
 					return failed, err
 				}
 				failed++
@@ -748,14 +752,14 @@ func (rw *routeWriter) del(tb testing.TB, rs []Route) {
 }
 
 // gwRoutes returns n /24 routes of table t via gw on link index, numbered
-// from first: the shape of a full BGP table.
+// from first (0 is 11.0.0.0/24): the shape of a full BGP table.
 func gwRoutes(t Table, first, n int, gw netip.Addr, index uint32) []Route {
 	rs := make([]Route, n)
 	for i := range rs {
 		k := first + i
 		rs[i] = Route{
 			Family: IPv4, Table: t, Protocol: ProtoBGP, Type: RouteUnicast, Gateway: gw, Index: index,
-			Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(10 + k>>16), byte(k >> 8), byte(k), 0}), 24),
+			Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(11 + k>>16), byte(k >> 8), byte(k), 0}), 24),
 		}
 	}
 	return rs
