@@ -30,6 +30,10 @@
 // an Applier executes them idempotently (adding what exists and deleting
 // what is gone succeed; rules are added with NLM_F_EXCL and deleted with
 // their full key, because the kernel ignores NLM_F_REPLACE for rules).
+// A Reconciler runs the whole loop for a policy: plan on every change,
+// apply, log each change with Op.Describe, wait until the cache shows its
+// own changes before planning again, retry with backoff, resync
+// periodically. The package Example shows a policy in a few lines.
 //
 // # Concurrency
 //
