@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -977,11 +979,14 @@ func (g *chaos) commands(n int) []string {
 			cmds = append(cmds, g.addrAdd())
 		case r < 40:
 			cmds = append(cmds, g.addrDel())
-		case r < 82:
+		case r < 80, r < 83:
 			cmd, atStart := g.route()
+			if r >= 80 {
+				cmd, atStart = g.nexthopObject()
+			}
 			if atStart {
 				cmds = slices.Insert(cmds, 0, cmd)
-			} else {
+			} else if cmd != "" {
 				cmds = append(cmds, cmd)
 			}
 		default:
@@ -1109,7 +1114,10 @@ func (g *chaos) route() (string, bool) {
 	case t < 2:
 		b.WriteString(pick(g.rng, "blackhole ", "unreachable ", "prohibit ", "throw "))
 		b.WriteString(g.dst(f))
-	case t < 4 && f == IPv4:
+	case t < 4 && verb != "append" && verb != "prepend":
+		// A nexthop object (ip nexthop), single or a group.
+		b.WriteString(g.dst(f) + " nhid " + pick(g.rng, "1", "2", "3", "4", "11", "12"))
+	case t < 6 && f == IPv4:
 		// Paths come last on ip's command line, and ip exits when their
 		// link does not exist.
 		b.WriteString(g.dst(f))
@@ -1139,6 +1147,33 @@ func (g *chaos) route() (string, bool) {
 		b.WriteString(" proto " + pick(g.rng, "static", "77", "bgp"))
 	}
 	return b.String() + multipath, strings.Contains(multipath, "nexthop")
+}
+
+// nexthopObject returns an ip nexthop command, and whether it must run at
+// the start of the chunk (ip exits when its link does not exist). Objects
+// 1-4 are single next hops (IPv4, IPv6 or blackhole), 11 and 12 groups.
+func (g *chaos) nexthopObject() (string, bool) {
+	id := pick(g.rng, 1, 2, 3, 4)
+	switch g.rng.IntN(5) {
+	case 0, 1:
+		verb := pick(g.rng, "add", "replace")
+		f := IPv4
+		if id == 3 {
+			f = IPv6
+		}
+		l, ok := g.linkWithSubnet(f)
+		if id == 4 || !ok || !g.atStart[l.name] {
+			return fmt.Sprintf("nexthop %s id %d blackhole", verb, id), false
+		}
+		if f == IPv6 {
+			return fmt.Sprintf("nexthop %s id %d via fd20:%d::fe dev %s", verb, id, l.id, l.name), true
+		}
+		return fmt.Sprintf("nexthop %s id %d via 10.200.%d.254 dev %s", verb, id, l.id, l.name), true
+	case 2:
+		return fmt.Sprintf("nexthop %s id %d group %s", pick(g.rng, "add", "replace"), pick(g.rng, 11, 12),
+			pick(g.rng, "1/2", "1,3/2", "2")), false
+	}
+	return fmt.Sprintf("nexthop del id %d", pick(g.rng, 1, 2, 3, 4, 11, 12)), false
 }
 
 func (g *chaos) routeDel() (string, bool) {
@@ -1521,5 +1556,76 @@ func TestKernelOverflow(t *testing.T) {
 	}
 	if got := w.Stats(); !got.Synced {
 		t.Errorf("watcher not synced after the flood")
+	}
+}
+
+// cancelOnRoute cancels a context when its conn receives the first route
+// message: in the middle of a dump of a large table.
+type cancelOnRoute struct {
+	Conn
+	fire func()
+}
+
+func (c *cancelOnRoute) ReceiveIter() iter.Seq2[netlink.Message, error] {
+	return func(yield func(netlink.Message, error) bool) {
+		for m, err := range c.Conn.ReceiveIter() {
+			if err == nil && m.Header.Type == unix.RTM_NEWROUTE {
+				c.fire()
+			}
+			if !yield(m, err) {
+				return
+			}
+		}
+	}
+}
+
+type cancelDialer struct {
+	KernelDialer
+	fire func()
+}
+
+func (d cancelDialer) Dial(cfg DialConfig) (Conn, error) {
+	c, err := d.KernelDialer.Dial(cfg)
+	if err != nil || len(cfg.Groups) > 0 {
+		return c, err
+	}
+	return &cancelOnRoute{Conn: c, fire: d.fire}, nil
+}
+
+// TestKernelRunStopsDuringDump cancels a watcher in the middle of its
+// initial dump of 50,000 routes: Run returns within a second and leaves no
+// goroutine behind.
+func TestKernelRunStopsDuringDump(t *testing.T) {
+	ns := newTestNS(t)
+	index, gw := underlay(t, ns)
+	dialRouteWriter(t, ns).add(t, gwRoutes(100, 0, 50000, gw, index))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var once sync.Once
+	cancelled := make(chan time.Time, 1)
+	w := New(Options{Dialer: cancelDialer{ns.dialer(), func() {
+		once.Do(func() { cancelled <- time.Now(); cancel() })
+	}}})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-cancelled:
+	case err := <-done:
+		t.Fatalf("Run returned before its dump: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no route dump within 10 s")
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatalf("Run did not return within 1 s of cancellation mid-dump")
+	}
+	if w.Synced() {
+		t.Errorf("synced although the dump was cut short")
 	}
 }
