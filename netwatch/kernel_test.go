@@ -812,14 +812,14 @@ func envInt(tb testing.TB, name string, def int) int {
 	return n
 }
 
-// TestKernelRandomChanges makes a few thousand random changes to links,
-// addresses, routes and rules, some while the watcher's initial sync and
-// requested resyncs run, and checks that the cache converges to what ip
-// reports, midway and at the end.
+// TestKernelRandomChanges makes 6000 random changes (about 4000 that the
+// kernel accepts) to links, addresses, routes, nexthop objects and rules,
+// some while the watcher's initial sync and requested resyncs run, and
+// checks that the cache converges to what ip reports, every 1000 changes.
 func TestKernelRandomChanges(t *testing.T) {
 	ns := newTestNS(t)
 	rng := rand.New(rand.NewPCG(seed(t), 0))
-	changes := envInt(t, "MARKSPLIT_CHANGES", 3000)
+	changes := envInt(t, "MARKSPLIT_CHANGES", 6000)
 	const chunk = 100
 
 	w := startWatcher(t, Options{Dialer: ns.dialer()})
