@@ -285,6 +285,8 @@ func dumpLines(t *testing.T, out []byte) []string {
 // compares each line with what ip -j reports, until they agree (IPv6
 // duplicate address detection changes the state for a second or two).
 func TestKernelWatchOnce(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the namespace's cleanup
 	ns := nltest.NewNetNS(t)
 	seed(t, ns)
 	deadline := time.Now().Add(10 * time.Second)
