@@ -21,10 +21,10 @@ import (
 )
 
 // Real-kernel benchmarks, each in its own network namespace with routes
-// loaded over netlink, 1024 per write. The 1,000,000-route cases take about
-// a minute to load and run only with MARKSPLIT_BENCH_1M=1:
+// loaded over netlink, 1024 per write. The 1,000,000-route cases take a
+// minute or two and run only with MARKSPLIT_BENCH_1M=1:
 //
-//	MARKSPLIT_BENCH_1M=1 go test -run '^$' -bench BenchmarkKernel -benchtime 3x ./netwatch/
+//	MARKSPLIT_BENCH_1M=1 go test -run '^$' -bench 'Kernel|DumpApply' -timeout 30m ./netwatch/
 
 const bench1MEnv = "MARKSPLIT_BENCH_1M"
 
