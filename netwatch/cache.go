@@ -90,6 +90,17 @@ func (s *state) apply(ev *Event) (changed bool, redump redumps) {
 	return false, redump
 }
 
+// addDumped adds a route read from a dump, after any route with its key:
+// a dump lists routes sharing a key in kernel order.
+func (s *state) addDumped(r Route) {
+	tb := s.table(r.Family, r.Table, true)
+	if tb.addNew(r) {
+		return
+	}
+	k := r.Key()
+	tb.setAll(k, append(tb.getAll(k), r))
+}
+
 // usesPrefSrc reports whether a cached route of family f has a as its
 // preferred source.
 func (s *state) usesPrefSrc(f Family, a netip.Addr) bool {

@@ -13,10 +13,13 @@ import (
 // a side map, and routes that share a key (ip route append) keep the extra
 // entries in a side list, in kernel order.
 
+// The keys have no padding (pad is always zero), so the runtime hashes
+// and compares them as plain memory: measurably faster in a dump.
 type key4 struct {
 	dst    [4]byte
 	bits   uint8
 	tos    uint8
+	pad    uint16
 	metric uint32
 }
 
@@ -31,6 +34,7 @@ type val4 struct {
 type key6 struct {
 	dst, src      [16]byte
 	bits, srcBits uint8
+	pad           uint16
 	metric        uint32
 }
 
@@ -61,12 +65,13 @@ type table struct {
 	dups map[RouteKey][]Route
 }
 
-func newTable(f Family, id Table) *table {
+// newTable returns an empty table with room for hint routes.
+func newTable(f Family, id Table, hint int) *table {
 	t := &table{family: f, id: id}
 	if f == IPv4 {
-		t.m4 = make(map[key4]val4)
+		t.m4 = make(map[key4]val4, hint)
 	} else {
-		t.m6 = make(map[key6]val6)
+		t.m6 = make(map[key6]val6, hint)
 	}
 	return t
 }
@@ -193,17 +198,49 @@ func (t *table) setFirst(r Route) {
 	}
 	delete(t.extra, k)
 	if t.family == IPv4 {
-		v := val4{oif: r.Index, mtu: r.MTU, flags: uint32(r.Flags), nhid: r.NHID,
-			proto: uint8(r.Protocol), scope: uint8(r.Scope), typ: uint8(r.Type)}
-		if r.Gateway.IsValid() {
-			v.gw, v.has = r.Gateway.As4(), v.has|hasGW
-		}
-		if r.PrefSrc.IsValid() {
-			v.psrc, v.has = r.PrefSrc.As4(), v.has|hasPsrc
-		}
-		t.m4[mk4(k)] = v
-		return
+		t.m4[mk4(k)] = pack4(r)
+	} else {
+		t.m6[mk6(k)] = pack6(r)
 	}
+}
+
+// addNew stores r, the first route of its key, in compact form, and
+// reports whether it could: not if r does not fit or its key is taken. It
+// is the fast path of a dump, where nearly every key is new.
+func (t *table) addNew(r Route) bool {
+	if !fits(r) {
+		return false
+	}
+	k := r.Key()
+	if t.family == IPv4 {
+		k4 := mk4(k)
+		if _, ok := t.m4[k4]; ok {
+			return false
+		}
+		t.m4[k4] = pack4(r)
+		return true
+	}
+	k6 := mk6(k)
+	if _, ok := t.m6[k6]; ok {
+		return false
+	}
+	t.m6[k6] = pack6(r)
+	return true
+}
+
+func pack4(r Route) val4 {
+	v := val4{oif: r.Index, mtu: r.MTU, flags: uint32(r.Flags), nhid: r.NHID,
+		proto: uint8(r.Protocol), scope: uint8(r.Scope), typ: uint8(r.Type)}
+	if r.Gateway.IsValid() {
+		v.gw, v.has = r.Gateway.As4(), v.has|hasGW
+	}
+	if r.PrefSrc.IsValid() {
+		v.psrc, v.has = r.PrefSrc.As4(), v.has|hasPsrc
+	}
+	return v
+}
+
+func pack6(r Route) val6 {
 	v := val6{oif: r.Index, mtu: r.MTU, flags: uint32(r.Flags), nhid: r.NHID,
 		proto: uint8(r.Protocol), scope: uint8(r.Scope), typ: uint8(r.Type)}
 	if r.Gateway.IsValid() {
@@ -212,7 +249,7 @@ func (t *table) setFirst(r Route) {
 	if r.PrefSrc.IsValid() {
 		v.psrc, v.has = r.PrefSrc.As16(), v.has|hasPsrc
 	}
-	t.m6[mk6(k)] = v
+	return v
 }
 
 // setAll stores rs (all sharing one key, in order) as the routes of that

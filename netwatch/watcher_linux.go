@@ -423,6 +423,7 @@ func (w *Watcher) signal(gen uint64) {
 func (w *Watcher) fullSync(rc Conn, cause ResyncCause) error {
 	start := time.Now()
 	next := newState()
+	next.hintFrom(w.st, [2]bool{true, true}) // w.st: only this goroutine writes it
 	steps := []func(*state) error{
 		func(s *state) error { return w.dump(rc, unix.RTM_GETLINK, unix.AF_UNSPEC, 0, s) },
 		func(s *state) error { return w.dump(rc, unix.RTM_GETADDR, unix.AF_INET, 0, s) },
@@ -467,6 +468,7 @@ func (w *Watcher) redumpRoutes(rc Conn, fams redumps) error {
 			continue
 		}
 		next := newState()
+		next.hintFrom(w.st, [2]bool{fams[0], fams[1]})
 		if err := w.dumpRoutes(rc, f, next); err != nil {
 			return err
 		}
@@ -584,17 +586,38 @@ func (w *Watcher) dumpOnce(rc Conn, typ uint16, af uint8, t Table, s *state) (in
 		if m.Header.Flags&netlink.DumpInterrupted != 0 {
 			intr = true
 		}
-		ev, err := decode(m, w.tables)
-		if errors.Is(err, errSkip) {
-			continue
+		if err := s.addDumpMessage(m, w.tables); err != nil {
+			return false, err
 		}
-		if err != nil {
-			return false, fmt.Errorf("netwatch: dump: %w", err)
-		}
-		ev.dumped = true
-		s.apply(&ev)
 	}
 	return intr, nil
+}
+
+// addDumpMessage adds one message of a dump to s.
+func (s *state) addDumpMessage(m netlink.Message, tables tableFilter) error {
+	if m.Header.Type == unix.RTM_NEWROUTE {
+		// The bulk of any dump: decoded straight into a Route and added,
+		// without building an Event.
+		r, err := decodeRoute(m.Data, tables)
+		switch {
+		case errors.Is(err, errSkip):
+			return nil
+		case err != nil:
+			return fmt.Errorf("netwatch: dump: %w", err)
+		}
+		s.addDumped(r)
+		return nil
+	}
+	ev, err := decode(m, tables)
+	switch {
+	case errors.Is(err, errSkip):
+		return nil
+	case err != nil:
+		return fmt.Errorf("netwatch: dump: %w", err)
+	}
+	ev.dumped = true
+	s.apply(&ev)
+	return nil
 }
 
 // dumpRequest builds the header of a strict dump request.
