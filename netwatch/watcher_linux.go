@@ -576,22 +576,53 @@ func (w *Watcher) dumpOnce(rc Conn, typ uint16, af uint8, t Table, s *state) (in
 	if _, err := rc.Send(req); err != nil {
 		return false, fmt.Errorf("netwatch: request dump: %w", err)
 	}
+	// A dump can be a full routing table: its messages are cached on another goroutine,
+	// in batches, while this one reads the next datagrams from the kernel.
+	// Each datagram is in memory of its own, so messages stay valid.
+	var (
+		batches = make(chan []netlink.Message, 8)
+		done    = make(chan error, 1)
+		batch   []netlink.Message
+	)
+	go func() {
+		var err error
+		for b := range batches {
+			for _, m := range b {
+				if err == nil {
+					err = s.addDumpMessage(m, w.tables)
+				}
+			}
+		}
+		done <- err
+	}()
+	var recvErr error
 	for m, err := range rc.ReceiveIter() {
 		if err != nil {
-			if t != 0 && errors.Is(err, unix.ENOENT) {
-				return false, nil // the table does not exist yet
-			}
-			return false, fmt.Errorf("netwatch: dump type %d family %d: %w", typ, af, err)
+			recvErr = err
+			break
 		}
 		if m.Header.Flags&netlink.DumpInterrupted != 0 {
 			intr = true
 		}
-		if err := s.addDumpMessage(m, w.tables); err != nil {
-			return false, err
+		if batch = append(batch, m); len(batch) == dumpBatch {
+			batches <- batch
+			batch = make([]netlink.Message, 0, dumpBatch)
 		}
 	}
-	return intr, nil
+	batches <- batch
+	close(batches)
+	applyErr := <-done
+	switch {
+	case recvErr != nil && t != 0 && errors.Is(recvErr, unix.ENOENT):
+		return false, nil // the table does not exist yet
+	case recvErr != nil:
+		return false, fmt.Errorf("netwatch: dump type %d family %d: %w", typ, af, recvErr)
+	}
+	return intr, applyErr
 }
+
+// dumpBatch is how many dump messages go to the caching goroutine at once.
+const dumpBatch = 512
 
 // addDumpMessage adds one message of a dump to s.
 func (s *state) addDumpMessage(m netlink.Message, tables tableFilter) error {
