@@ -19,7 +19,7 @@ type key4 struct {
 	dst    [4]byte
 	bits   uint8
 	tos    uint8
-	pad    uint16
+	pad    uint16 //lint:ignore U1000 fills the padding; see above
 	metric uint32
 }
 
@@ -34,7 +34,7 @@ type val4 struct {
 type key6 struct {
 	dst, src      [16]byte
 	bits, srcBits uint8
-	pad           uint16
+	pad           uint16 //lint:ignore U1000 fills the padding; see above
 	metric        uint32
 }
 
