@@ -22,6 +22,10 @@ func TestParseArgs(t *testing.T) {
 		args: "--uplink wwan0 --mark 7 --table 0x1000 --priority 100 --protocol 0xf0 --netns /run/netns/x --resync 1m",
 		want: options{netns: "/run/netns/x", resync: time.Minute, cfg: Config{
 			Uplink: "wwan0", Mark: 7, Mask: 0xffffffff, Table: 4096, Priority: 100, Protocol: 240}},
+	}, {
+		args: "--uplink eth1 --mark 0x100 --protocol static",
+		want: options{resync: 5 * time.Minute, cfg: Config{
+			Uplink: "eth1", Mark: 0x100, Mask: 0xffffffff, Table: 920, Priority: 920, Protocol: 4}},
 	},
 		{args: "--mark 0x100", wantErr: "--uplink is required"},
 		{args: "--uplink eth1", wantErr: "--mark is required"},
@@ -34,7 +38,7 @@ func TestParseArgs(t *testing.T) {
 		{args: "--uplink eth1 --mark 1 --table 255", wantErr: `--table "255": reserved table (local)`},
 		{args: "--uplink eth1 --mark 1 --table 253", wantErr: "reserved table (default)"},
 		{args: "--uplink eth1 --mark 1 --priority 0", wantErr: `--priority "0": reserved`},
-		{args: "--uplink eth1 --mark 1 --protocol kernel", wantErr: "not a protocol number"},
+		{args: "--uplink eth1 --mark 1 --protocol nosuch", wantErr: `--protocol "nosuch": not a protocol number`},
 		{args: "--uplink eth1 --mark 1 extra", wantErr: `unexpected argument "extra"`},
 		{args: "--uplink eth1 --mark 1 --resync x", wantErr: `invalid value "x" for flag -resync`},
 	}

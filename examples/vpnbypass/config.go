@@ -52,7 +52,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	mark := fs.String("mark", defaultMark, "MARK[/MASK] the VPN puts on its own packets; they bypass the table")
 	table := fs.String("table", strconv.Itoa(defaultTable), "routing table owned by vpnbypass (every route in it, both families)")
 	prio := fs.String("priority", strconv.Itoa(defaultPriority), "rule priority owned by vpnbypass (every rule at it, both families)")
-	proto := fs.String("protocol", strconv.Itoa(defaultProtocol), "routing protocol number stamped on what vpnbypass installs (1-255)")
+	proto := fs.String("protocol", strconv.Itoa(defaultProtocol), "routing protocol number stamped on what vpnbypass installs (1-255, or an iproute2 name such as static)")
 	netns := fs.String("netns", "", "network namespace, as a path (/run/netns/NAME, /proc/PID/ns/net); default: this process's")
 	resync := fs.Duration("resync", defaultResync, "re-read the kernel's state this often, as a safety net (0 disables)")
 	if err := fs.Parse(args); err != nil {
@@ -84,16 +84,16 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 			c.Prefixes = append(c.Prefixes, p)
 		}
 	}
-	if c.Mark, c.Mask, err = parseMark(*mark); err != nil {
+	if c.Mark, c.Mask, err = netwatch.ParseMark(*mark); err != nil {
 		return options{}, fmt.Errorf("--mark %q: %w", *mark, err)
 	}
-	if c.Table, err = parseTable(*table); err != nil {
+	if c.Table, err = netwatch.ParseTable(*table); err != nil {
 		return options{}, fmt.Errorf("--table %q: %w", *table, err)
 	}
-	if c.Priority, err = parsePriority(*prio); err != nil {
+	if c.Priority, err = netwatch.ParsePriority(*prio); err != nil {
 		return options{}, fmt.Errorf("--priority %q: %w", *prio, err)
 	}
-	if c.Protocol, err = parseProtocol(*proto); err != nil {
+	if c.Protocol, err = netwatch.ParseProtocol(*proto); err != nil {
 		return options{}, fmt.Errorf("--protocol %q: %w", *proto, err)
 	}
 	if o.resync < 0 {
@@ -126,58 +126,4 @@ func parsePrefix(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("host bits set (did you mean %v?)", p.Masked())
 	}
 	return p, nil
-}
-
-// parseMark parses MARK[/MASK] in decimal or 0x hex. Without a mask, the
-// mask is all ones, as with ip-rule(8) and as the kernel reports it.
-func parseMark(s string) (mark, mask netwatch.Mark, err error) {
-	ms, ks, hasMask := strings.Cut(s, "/")
-	m, err := strconv.ParseUint(ms, 0, 32)
-	if err != nil {
-		return 0, 0, errors.New("not MARK or MARK/MASK (like 0x80000/0xff0000)")
-	}
-	k := uint64(0xffffffff)
-	if hasMask {
-		if k, err = strconv.ParseUint(ks, 0, 32); err != nil {
-			return 0, 0, errors.New("not MARK or MARK/MASK (like 0x80000/0xff0000)")
-		}
-	}
-	switch {
-	case m == 0:
-		return 0, 0, errors.New("the mark must not be zero")
-	case m&^k != 0:
-		return 0, 0, fmt.Errorf("mark %#x has bits outside mask %#x", m, k)
-	}
-	return netwatch.Mark(m), netwatch.Mark(k), nil
-}
-
-func parseTable(s string) (netwatch.Table, error) {
-	t, err := strconv.ParseUint(s, 0, 32)
-	switch {
-	case err != nil:
-		return 0, errors.New("not a table number (1 to 4294967295)")
-	case t == uint64(netwatch.TableUnspec), t == uint64(netwatch.TableDefault),
-		t == uint64(netwatch.TableMain), t == uint64(netwatch.TableLocal):
-		return 0, fmt.Errorf("reserved table (%v); choose one of your own", netwatch.Table(t))
-	}
-	return netwatch.Table(t), nil
-}
-
-func parsePriority(s string) (uint32, error) {
-	p, err := strconv.ParseUint(s, 0, 32)
-	switch {
-	case err != nil:
-		return 0, errors.New("not a rule priority (1 to 4294967295)")
-	case p == 0 || p == 32766 || p == 32767:
-		return 0, errors.New("reserved for the kernel's local, main and default rules; choose another")
-	}
-	return uint32(p), nil
-}
-
-func parseProtocol(s string) (netwatch.Protocol, error) {
-	p, err := strconv.ParseUint(s, 0, 8)
-	if err != nil || p == 0 {
-		return 0, errors.New("not a protocol number (1 to 255)")
-	}
-	return netwatch.Protocol(p), nil
 }
