@@ -661,11 +661,12 @@ func TestKernelCase13Families(t *testing.T) {
 	}
 	t.Run("Applier.RouteGet IPv6", func(t *testing.T) {
 		got, err := s.a.RouteGet(addr("fd00::9"), 0)
-		if errors.Is(err, unix.EINVAL) {
-			t.Skipf("BUG: netwatch.Applier.RouteGet sets RTM_F_LOOKUP_TABLE on its strict socket; the kernel allows only RTM_F_FIB_MATCH in an IPv6 route get and answers EINVAL: %v", err)
-		}
 		if err != nil || got.Table != 900 || got.MTU != 1355 {
 			t.Errorf("RouteGet fd00::9: %v (%v), want table 900 mtu 1355", got, err)
+		}
+		got, err = s.a.RouteGet(addr("fd00::9"), 0xe00)
+		if err != nil || got.Table == 900 || got.MTU != 1450 {
+			t.Errorf("RouteGet fd00::9 mark 0xe00: %v (%v), want not table 900, mtu 1450", got, err)
 		}
 	})
 }

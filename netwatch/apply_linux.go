@@ -140,7 +140,11 @@ func (a *Applier) RouteGet(dst netip.Addr, mark Mark) (Route, error) {
 	b[0] = afOf(f)
 	b[1] = uint8(dst.BitLen())
 	// RTM_F_LOOKUP_TABLE: report the table the lookup chose, not main.
-	binary.NativeEndian.PutUint32(b[8:12], rtmFLookupTable)
+	// IPv4 needs it; IPv6 reports the table anyway and refuses the flag
+	// on a strict socket ("Invalid flags for get route request").
+	if f == IPv4 {
+		binary.NativeEndian.PutUint32(b[8:12], rtmFLookupTable)
+	}
 	ae := netlink.NewAttributeEncoder()
 	ae.Bytes(unix.RTA_DST, dst.AsSlice())
 	if mark != 0 {
