@@ -81,3 +81,17 @@ func ParseProtocol(s string) (Protocol, error) {
 	}
 	return 0, errors.New("not a protocol number (1 to 255) or iproute2 name")
 }
+
+// ParseLinkName checks an interface name as the kernel would accept it:
+// not empty, at most 15 bytes, no '/', ':' or white space, not "." or "..".
+func ParseLinkName(s string) (string, error) {
+	switch {
+	case s == "":
+		return "", errors.New("empty link name")
+	case len(s) > 15:
+		return "", errors.New("longer than 15 bytes, the kernel's limit")
+	case s == "." || s == ".." || strings.ContainsAny(s, "/: \t\n"):
+		return "", errors.New("not a valid link name")
+	}
+	return s, nil
+}

@@ -124,3 +124,28 @@ func errMatches(err error, want string) bool {
 	}
 	return err != nil && strings.Contains(err.Error(), want)
 }
+
+func TestParseLinkName(t *testing.T) {
+	for _, tt := range []struct {
+		in, err string
+	}{
+		{"enp7s0", ""},
+		{"cilium_wg0", ""},
+		{"123456789012345", ""},
+		{"", "empty link name"},
+		{"1234567890123456", "longer than 15 bytes"},
+		{".", "not a valid link name"},
+		{"..", "not a valid link name"},
+		{"a/b", "not a valid link name"},
+		{"a:b", "not a valid link name"},
+		{"a b", "not a valid link name"},
+	} {
+		got, err := ParseLinkName(tt.in)
+		switch {
+		case tt.err == "" && (err != nil || got != tt.in):
+			t.Errorf("ParseLinkName(%q) = %q, %v; want %q, nil", tt.in, got, err, tt.in)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("ParseLinkName(%q) error %v, want one containing %q", tt.in, err, tt.err)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/marksplit/marksplit/netwatch"
@@ -61,7 +60,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	if *uplink == "" {
 		return options{}, errors.New("--uplink is required: the link marked packets leave by")
 	}
-	if c.Uplink, err = parseLinkName(*uplink); err != nil {
+	if c.Uplink, err = netwatch.ParseLinkName(*uplink); err != nil {
 		return options{}, fmt.Errorf("--uplink %q: %w", *uplink, err)
 	}
 	if *mark == "" {
@@ -83,16 +82,4 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 		return options{}, fmt.Errorf("--resync %v: must not be negative", o.resync)
 	}
 	return o, nil
-}
-
-func parseLinkName(s string) (string, error) {
-	switch {
-	case s == "":
-		return "", errors.New("empty link name")
-	case len(s) > 15:
-		return "", errors.New("longer than 15 bytes, the kernel's limit")
-	case s == "." || s == ".." || strings.ContainsAny(s, "/: \t\n"):
-		return "", errors.New("not a valid link name")
-	}
-	return s, nil
 }

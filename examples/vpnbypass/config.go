@@ -69,7 +69,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	o := options{netns: *netns, resync: *resync}
 	c := &o.cfg
 	var err error
-	if c.Link, err = parseLinkName(*link); err != nil {
+	if c.Link, err = netwatch.ParseLinkName(*link); err != nil {
 		return options{}, fmt.Errorf("--link %q: %w", *link, err)
 	}
 	if len(prefixes) == 0 {
@@ -100,18 +100,6 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 		return options{}, fmt.Errorf("--resync %v: must not be negative", o.resync)
 	}
 	return o, nil
-}
-
-func parseLinkName(s string) (string, error) {
-	switch {
-	case s == "":
-		return "", errors.New("empty link name")
-	case len(s) > 15:
-		return "", errors.New("longer than 15 bytes, the kernel's limit")
-	case s == "." || s == ".." || strings.ContainsAny(s, "/: \t\n"):
-		return "", errors.New("not a valid link name")
-	}
-	return s, nil
 }
 
 func parsePrefix(s string) (netip.Prefix, error) {
