@@ -198,7 +198,7 @@ func FuzzDecodeRoute(f *testing.F) {
 			t.Fatalf("round trip:\n got %+v, %v\nwant %+v", back, err, r)
 		}
 
-		tb := newTable(r.Family, r.Table, 0)
+		tb := newTable(r.Family, r.Table)
 		tb.setAll(r.Key(), []Route{r})
 		if got := tb.getAll(r.Key()); len(got) != 1 || !got[0].Equal(r) {
 			t.Fatalf("compact store:\n got %+v\nwant %+v", got, r)

@@ -1,26 +1,43 @@
 package netwatch
 
 import (
+	"cmp"
+	"encoding/binary"
 	"net/netip"
 )
 
 // Routes are the bulk of a cache (a full BGP table is a million of them), so
-// they are stored compactly: per family and table, a map from a small
-// pointer-free key to a small pointer-free value. The garbage collector never
-// scans these maps. The rare routes that do not fit (multipath, RTA_VIA
-// gateways of another family, nexthop objects with extras, source
-// prefixes of IPv4 — which the kernel has none of) keep their whole Route in
-// a side map, and routes that share a key (ip route append) keep the extra
-// entries in a side list, in kernel order.
+// they are stored compactly: per family and table, a store (store.go) of
+// small pointer-free keys and values, which the garbage collector never
+// scans. The rare routes that do not fit (multipath, RTA_VIA gateways of
+// another family, source prefixes of IPv4 — which the kernel has none of)
+// keep their whole Route in a side map, and routes that share a key (ip
+// route append) keep the extra entries in a side list, in kernel order.
 
-// The keys have no padding (pad is always zero), so the runtime hashes
-// and compares them as plain memory: measurably faster in a dump.
+// The keys have no padding (pad is always zero), so == compares them as
+// plain memory.
 type key4 struct {
 	dst    [4]byte
 	bits   uint8
 	tos    uint8
 	pad    uint16 //lint:ignore U1000 fills the padding; see above
 	metric uint32
+}
+
+// compare orders IPv4 keys as the kernel's FIB trie dumps them: by
+// address, then longer prefixes first, higher TOS first, lower metric
+// first.
+func (a key4) compare(b key4) int {
+	if x, y := binary.BigEndian.Uint32(a.dst[:]), binary.BigEndian.Uint32(b.dst[:]); x != y {
+		return cmp.Compare(x, y)
+	}
+	if a.bits != b.bits {
+		return cmp.Compare(b.bits, a.bits)
+	}
+	if a.tos != b.tos {
+		return cmp.Compare(b.tos, a.tos)
+	}
+	return cmp.Compare(a.metric, b.metric)
 }
 
 type val4 struct {
@@ -33,9 +50,76 @@ type val4 struct {
 
 type key6 struct {
 	dst, src      [16]byte
-	bits, srcBits uint8
+	bits, srcBits uint8  // srcBits is the source length + 1, 0 without one
 	pad           uint16 //lint:ignore U1000 fills the padding; see above
 	metric        uint32
+}
+
+// compare orders IPv6 keys as the kernel's walk of its FIB tree dumps
+// them. The walk reaches a route with a source prefix when it enters the
+// node of its destination, before the longer prefixes under it, and the
+// other routes when it leaves that node, after them: the former sort by
+// the first address of the destination, outer prefixes first, then by
+// source as the latter by destination; the latter by the last address of
+// the destination, inner prefixes first; both then by metric.
+func (a key6) compare(b key6) int {
+	ah, al := a.walkPos()
+	bh, bl := b.walkPos()
+	switch {
+	case ah != bh:
+		return cmp.Compare(ah, bh)
+	case al != bl:
+		return cmp.Compare(al, bl)
+	case (a.srcBits == 0) != (b.srcBits == 0):
+		return cmp.Compare(b.srcBits, a.srcBits) // entering before leaving
+	case a.srcBits == 0 && a.bits != b.bits:
+		return cmp.Compare(b.bits, a.bits)
+	case a.bits != b.bits:
+		return cmp.Compare(a.bits, b.bits)
+	case a.srcBits != 0:
+		if c := comparePrefixEnd(a.src, a.srcBits-1, b.src, b.srcBits-1); c != 0 {
+			return c
+		}
+	}
+	return cmp.Compare(a.metric, b.metric)
+}
+
+// walkPos returns the address at which the kernel's walk reaches a route
+// with key k: the first of its destination with a source prefix, the last
+// without.
+func (k key6) walkPos() (hi, lo uint64) {
+	hi, lo = binary.BigEndian.Uint64(k.dst[:8]), binary.BigEndian.Uint64(k.dst[8:])
+	if k.srcBits == 0 {
+		hi |= hostMask64(k.bits, 0)
+		lo |= hostMask64(k.bits, 8)
+	}
+	return hi, lo
+}
+
+// comparePrefixEnd orders two IPv6 prefixes by their last address, then
+// the longer one first.
+func comparePrefixEnd(a [16]byte, abits uint8, b [16]byte, bbits uint8) int {
+	for i := 0; i < 16; i += 8 {
+		x := binary.BigEndian.Uint64(a[i:]) | hostMask64(abits, i)
+		y := binary.BigEndian.Uint64(b[i:]) | hostMask64(bbits, i)
+		if x != y {
+			return cmp.Compare(x, y)
+		}
+	}
+	return cmp.Compare(bbits, abits)
+}
+
+// hostMask64 returns the host bits of a prefix of length bits within the
+// 64-bit half of an address that starts at byte off.
+func hostMask64(bits uint8, off int) uint64 {
+	n := int(bits) - off*8 // prefix bits inside this half
+	switch {
+	case n <= 0:
+		return ^uint64(0)
+	case n >= 64:
+		return 0
+	}
+	return ^uint64(0) >> n
 }
 
 type val6 struct {
@@ -56,8 +140,8 @@ const (
 type table struct {
 	family Family
 	id     Table
-	m4     map[key4]val4
-	m6     map[key6]val6
+	m4     store[key4, val4]
+	m6     store[key6, val6]
 	// extra holds routes that do not fit the compact form, by key; the
 	// compact entry is then a placeholder with hasExtra set.
 	extra map[RouteKey]Route
@@ -65,19 +149,13 @@ type table struct {
 	dups map[RouteKey][]Route
 }
 
-// newTable returns an empty table with room for hint routes.
-func newTable(f Family, id Table, hint int) *table {
-	t := &table{family: f, id: id}
-	if f == IPv4 {
-		t.m4 = make(map[key4]val4, hint)
-	} else {
-		t.m6 = make(map[key6]val6, hint)
-	}
-	return t
+// newTable returns an empty table.
+func newTable(f Family, id Table) *table {
+	return &table{family: f, id: id}
 }
 
 func (t *table) len() int {
-	n := len(t.m4) + len(t.m6)
+	n := t.m4.len() + t.m6.len()
 	for _, d := range t.dups {
 		n += len(d)
 	}
@@ -158,14 +236,14 @@ func (t *table) route6(k key6, v val6) Route {
 func (t *table) get(k RouteKey) (Route, bool) {
 	if t.family == IPv4 {
 		k4 := mk4(k)
-		v, ok := t.m4[k4]
+		v, ok := t.m4.get(k4)
 		if !ok {
 			return Route{}, false
 		}
 		return t.route4(k4, v), true
 	}
 	k6 := mk6(k)
-	v, ok := t.m6[k6]
+	v, ok := t.m6.get(k6)
 	if !ok {
 		return Route{}, false
 	}
@@ -190,17 +268,17 @@ func (t *table) setFirst(r Route) {
 		}
 		t.extra[k] = r
 		if t.family == IPv4 {
-			t.m4[mk4(k)] = val4{has: hasExtra}
+			t.m4.set(mk4(k), val4{has: hasExtra})
 		} else {
-			t.m6[mk6(k)] = val6{has: hasExtra}
+			t.m6.set(mk6(k), val6{has: hasExtra})
 		}
 		return
 	}
 	delete(t.extra, k)
 	if t.family == IPv4 {
-		t.m4[mk4(k)] = pack4(r)
+		t.m4.set(mk4(k), pack4(r))
 	} else {
-		t.m6[mk6(k)] = pack6(r)
+		t.m6.set(mk6(k), pack6(r))
 	}
 }
 
@@ -213,19 +291,9 @@ func (t *table) addNew(r Route) bool {
 	}
 	k := r.Key()
 	if t.family == IPv4 {
-		k4 := mk4(k)
-		if _, ok := t.m4[k4]; ok {
-			return false
-		}
-		t.m4[k4] = pack4(r)
-		return true
+		return t.m4.add(mk4(k), pack4(r))
 	}
-	k6 := mk6(k)
-	if _, ok := t.m6[k6]; ok {
-		return false
-	}
-	t.m6[k6] = pack6(r)
-	return true
+	return t.m6.add(mk6(k), pack6(r))
 }
 
 func pack4(r Route) val4 {
@@ -259,9 +327,9 @@ func (t *table) setAll(k RouteKey, rs []Route) {
 		delete(t.extra, k)
 		delete(t.dups, k)
 		if t.family == IPv4 {
-			delete(t.m4, mk4(k))
+			t.m4.del(mk4(k))
 		} else {
-			delete(t.m6, mk6(k))
+			t.m6.del(mk6(k))
 		}
 		return
 	}
@@ -279,30 +347,23 @@ func (t *table) setAll(k RouteKey, rs []Route) {
 // all yields every route of the table.
 func (t *table) all(yield func(Route) bool) bool {
 	if t.family == IPv4 {
-		for k, v := range t.m4 {
-			if !yield(t.route4(k, v)) {
-				return false
-			}
-			if len(t.dups) > 0 {
-				for _, d := range t.dups[t.key4Route(k)] {
-					if !yield(d) {
-						return false
-					}
-				}
-			}
-		}
+		return t.m4.all(func(k key4, v val4) bool {
+			return yield(t.route4(k, v)) && yieldDups(t, t.key4Route, k, yield)
+		})
+	}
+	return t.m6.all(func(k key6, v val6) bool {
+		return yield(t.route6(k, v)) && yieldDups(t, t.key6Route, k, yield)
+	})
+}
+
+// yieldDups yields the second and later routes with key k.
+func yieldDups[K any](t *table, key func(K) RouteKey, k K, yield func(Route) bool) bool {
+	if len(t.dups) == 0 {
 		return true
 	}
-	for k, v := range t.m6 {
-		if !yield(t.route6(k, v)) {
+	for _, d := range t.dups[key(k)] {
+		if !yield(d) {
 			return false
-		}
-		if len(t.dups) > 0 {
-			for _, d := range t.dups[t.key6Route(k)] {
-				if !yield(d) {
-					return false
-				}
-			}
 		}
 	}
 	return true

@@ -16,9 +16,6 @@ type state struct {
 	addrs  map[AddrKey]Addr
 	tables [2]map[Table]*table // [0] IPv4, [1] IPv6
 	rules  [2][]Rule           // kernel order
-	// hint sizes new tables: a re-dump expects about what it replaces,
-	// and a map sized up front never rehashes.
-	hint [2]map[Table]int
 }
 
 func newState() *state {
@@ -39,23 +36,10 @@ func fi(f Family) int {
 func (s *state) table(f Family, t Table, create bool) *table {
 	tb := s.tables[fi(f)][t]
 	if tb == nil && create {
-		tb = newTable(f, t, s.hint[fi(f)][t])
+		tb = newTable(f, t)
 		s.tables[fi(f)][t] = tb
 	}
 	return tb
-}
-
-// hintFrom sizes s's tables of the families in fams after old's.
-func (s *state) hintFrom(old *state, fams [2]bool) {
-	for i, tables := range old.tables {
-		if !fams[i] {
-			continue
-		}
-		s.hint[i] = make(map[Table]int, len(tables))
-		for id, tb := range tables {
-			s.hint[i][id] = tb.len()
-		}
-	}
 }
 
 // Snapshot is a copy of a cache's content, as plain values. Tests and

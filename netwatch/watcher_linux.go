@@ -423,7 +423,6 @@ func (w *Watcher) signal(gen uint64) {
 func (w *Watcher) fullSync(rc Conn, cause ResyncCause) error {
 	start := time.Now()
 	next := newState()
-	next.hintFrom(w.st, [2]bool{true, true}) // w.st: only this goroutine writes it
 	steps := []func(*state) error{
 		func(s *state) error { return w.dump(rc, unix.RTM_GETLINK, unix.AF_UNSPEC, 0, s) },
 		func(s *state) error { return w.dump(rc, unix.RTM_GETADDR, unix.AF_INET, 0, s) },
@@ -468,7 +467,6 @@ func (w *Watcher) redumpRoutes(rc Conn, fams redumps) error {
 			continue
 		}
 		next := newState()
-		next.hintFrom(w.st, [2]bool{fams[0], fams[1]})
 		if err := w.dumpRoutes(rc, f, next); err != nil {
 			return err
 		}

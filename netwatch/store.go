@@ -1,0 +1,219 @@
+package netwatch
+
+import "slices"
+
+// A store is the map under one routing table: compact keys to compact
+// values, built for the way a cache fills. A dump lists a table's routes
+// in the kernel's order, which the keys' compare reproduces, so a dump
+// only appends to a sorted array: no hashing and no random writes into a
+// large table, which is what made a map-based cache take 1.5–4× as long as
+// the dump itself. Lookups are binary searches. Changes after a dump
+// update the array in place, mark deleted entries dead, and keep new keys
+// that do not sort last in a small map that is merged into the array when
+// it grows.
+type store[K compactKey[K], V any] struct {
+	chunks [][]entry[K, V] // sorted by key; every chunk but the last is full
+	n      int             // entries in chunks, dead ones included
+	dead   []uint64        // bit i set: entry i was deleted
+	ndead  int
+	added  map[K]V // keys not in chunks
+}
+
+// compactKey is a pointer-free route key ordered as the kernel dumps.
+type compactKey[K any] interface {
+	comparable
+	compare(K) int
+}
+
+type entry[K, V any] struct {
+	k K
+	v V
+}
+
+// Entries are kept in chunks of chunkLen so that appending never copies a
+// large array (a million routes are ~40 MB) and a lookup finds entry i
+// without another indirection than its chunk.
+const (
+	chunkBits = 12
+	chunkLen  = 1 << chunkBits
+	// compactMin is the fewest changes (new keys out of order plus dead
+	// entries) worth merging; a merge also waits for a quarter of the
+	// array's size in changes, so its cost per change stays constant.
+	compactMin = 1024
+)
+
+func (s *store[K, V]) at(i int) *entry[K, V] { return &s.chunks[i>>chunkBits][i&(chunkLen-1)] }
+
+func (s *store[K, V]) len() int { return s.n - s.ndead + len(s.added) }
+
+// search returns the position of k in the array, or where it would be.
+func (s *store[K, V]) search(k K) (int, bool) {
+	i, j := 0, s.n
+	for i < j {
+		h := int(uint(i+j) >> 1)
+		if s.at(h).k.compare(k) < 0 {
+			i = h + 1
+		} else {
+			j = h
+		}
+	}
+	return i, i < s.n && s.at(i).k == k
+}
+
+// last reports whether k sorts after every key in the array.
+func (s *store[K, V]) last(k K) bool { return s.n == 0 || s.at(s.n-1).k.compare(k) < 0 }
+
+func (s *store[K, V]) isDead(i int) bool {
+	return i>>6 < len(s.dead) && s.dead[i>>6]&(1<<(i&63)) != 0
+}
+
+func (s *store[K, V]) get(k K) (V, bool) {
+	if len(s.added) > 0 {
+		if v, ok := s.added[k]; ok {
+			return v, true
+		}
+	}
+	if i, ok := s.search(k); ok && !s.isDead(i) {
+		return s.at(i).v, true
+	}
+	var zero V
+	return zero, false
+}
+
+// set stores v under k.
+func (s *store[K, V]) set(k K, v V) {
+	if _, ok := s.added[k]; ok {
+		s.added[k] = v
+		return
+	}
+	i, found := s.n, false
+	if !s.last(k) {
+		i, found = s.search(k)
+	}
+	switch {
+	case found:
+		s.at(i).v = v
+		if s.isDead(i) {
+			s.dead[i>>6] &^= 1 << (i & 63)
+			s.ndead--
+		}
+	case i == s.n:
+		s.push(k, v)
+	default:
+		if s.added == nil {
+			s.added = make(map[K]V)
+		}
+		s.added[k] = v
+		s.maybeCompact()
+	}
+}
+
+// add stores v under k if k is not taken, and reports whether it did. It
+// is the path of a dump, where keys come in order: an append.
+func (s *store[K, V]) add(k K, v V) bool {
+	if len(s.added) == 0 && s.last(k) {
+		s.push(k, v)
+		return true
+	}
+	if _, ok := s.get(k); ok {
+		return false
+	}
+	s.set(k, v)
+	return true
+}
+
+func (s *store[K, V]) del(k K) {
+	if _, ok := s.added[k]; ok {
+		delete(s.added, k)
+		return
+	}
+	i, ok := s.search(k)
+	if !ok || s.isDead(i) {
+		return
+	}
+	if i == s.n-1 {
+		// The last entry: drop it rather than mark it.
+		s.n--
+		if s.n&(chunkLen-1) == 0 {
+			s.chunks = s.chunks[:len(s.chunks)-1]
+		} else {
+			c := &s.chunks[len(s.chunks)-1]
+			*c = (*c)[:len(*c)-1]
+		}
+		return
+	}
+	if need := i>>6 + 1; need > len(s.dead) {
+		s.dead = slices.Grow(s.dead, need-len(s.dead))[:need]
+	}
+	s.dead[i>>6] |= 1 << (i & 63)
+	s.ndead++
+	s.maybeCompact()
+}
+
+// push appends an entry whose key sorts after every other.
+func (s *store[K, V]) push(k K, v V) {
+	if s.n&(chunkLen-1) == 0 {
+		// A new chunk: full size once the table has a full one, growing
+		// from small otherwise (most tables hold a few routes).
+		c := 0
+		if s.n > 0 {
+			c = chunkLen
+		}
+		s.chunks = append(s.chunks, make([]entry[K, V], 0, c))
+	}
+	c := &s.chunks[len(s.chunks)-1]
+	*c = append(*c, entry[K, V]{k, v})
+	s.n++
+}
+
+// all yields every entry, those of the array in order, then the others.
+func (s *store[K, V]) all(yield func(K, V) bool) bool {
+	for ci, c := range s.chunks {
+		for j := range c {
+			if i := ci<<chunkBits | j; s.ndead > 0 && s.isDead(i) {
+				continue
+			}
+			if !yield(c[j].k, c[j].v) {
+				return false
+			}
+		}
+	}
+	for k, v := range s.added {
+		if !yield(k, v) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *store[K, V]) maybeCompact() {
+	if d := len(s.added) + s.ndead; d >= compactMin && 4*d >= s.n {
+		s.compact()
+	}
+}
+
+// compact merges the added keys into the array and drops dead entries.
+func (s *store[K, V]) compact() {
+	added := make([]entry[K, V], 0, len(s.added))
+	for k, v := range s.added {
+		added = append(added, entry[K, V]{k, v})
+	}
+	slices.SortFunc(added, func(a, b entry[K, V]) int { return a.k.compare(b.k) })
+	old := *s
+	*s = store[K, V]{}
+	for ci, c := range old.chunks {
+		for j, e := range c {
+			if old.ndead > 0 && old.isDead(ci<<chunkBits|j) {
+				continue
+			}
+			for len(added) > 0 && added[0].k.compare(e.k) < 0 {
+				s.push(added[0].k, added[0].v)
+				added = added[1:]
+			}
+			s.push(e.k, e.v)
+		}
+	}
+	for _, e := range added {
+		s.push(e.k, e.v)
+	}
+}
