@@ -27,7 +27,7 @@ import (
 )
 
 // The event consumers, in table order; raw is the floor.
-var churnContenders = []string{"raw", "netwatch", "netwatch-msgbuf", "vishvananda-subscribe", "rtnetlink", "ip-monitor"}
+var churnContenders = []string{"raw", "netwatch", "vishvananda-subscribe", "rtnetlink", "ip-monitor"}
 
 // tally counts a consumer's events and stamps the first and last.
 type tally struct {
@@ -90,8 +90,8 @@ func childChurn(contender string, rcvbuf, existing int, expected int64) (churnRe
 	switch contender {
 	case "raw":
 		c = &rawConsumer{t: &t}
-	case "netwatch", "netwatch-msgbuf":
-		c = &netwatchConsumer{t: &t, dialer: dialerFor(contender)}
+	case "netwatch":
+		c = &netwatchConsumer{t: &t, dialer: netwatch.KernelDialer{}}
 	case "vishvananda-subscribe":
 		c = &vnlConsumer{t: &t}
 	case "rtnetlink":

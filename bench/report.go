@@ -106,7 +106,6 @@ type report struct {
 	// at the end: other work on the machine shows there (the bench itself
 	// adds about one to two).
 	Loads   []float64
-	Peeks   bool // netwatch's dialer leaves mdlayher/netlink peeking at each datagram
 	Machine machine
 	Started time.Time
 	Took    time.Duration
@@ -228,7 +227,6 @@ func pick[T any, V int64 | float64 | int](xs []T, f func(T) V) []V {
 var labels = map[string]string{
 	"raw":                   "raw dump, no decoding (floor)",
 	"netwatch":              "**netwatch** Watcher until Synced",
-	"netwatch-msgbuf":       "netwatch, dialer with `MessageBufferSize` (what-if)",
 	"vishvananda-list":      "vishvananda `RouteListFiltered`",
 	"vishvananda-subscribe": "vishvananda `RouteSubscribeWithOptions` ListExisting",
 	"rtnetlink":             "jsimonetti/rtnetlink `Route.List()`",
@@ -239,7 +237,6 @@ var labels = map[string]string{
 var churnLabels = map[string]string{
 	"raw":                   "raw socket, counts headers (floor)",
 	"netwatch":              "**netwatch** Watcher (Notify + Stats)",
-	"netwatch-msgbuf":       "netwatch, dialer with `MessageBufferSize` (what-if)",
 	"vishvananda-subscribe": "vishvananda `RouteSubscribeWithOptions` + map",
 	"rtnetlink":             "rtnetlink `RouteMessage` on `netlink.Conn` + map",
 	"ip-monitor":            "`ip monitor route`",
@@ -398,7 +395,7 @@ func (r churnRow) outcome(expected int64) string {
 		firstErr = m.errs[0]
 	}
 	switch r.Contender {
-	case "netwatch", "netwatch-msgbuf":
+	case "netwatch":
 		fmt.Fprintf(&b, "; resynced (`Resyncs[overflow]` median %.0f) and ended equal to the kernel in %d/%d runs", m.resyncs, m.equal, n)
 	case "vishvananda-subscribe":
 		if firstErr != "" {
@@ -574,7 +571,7 @@ before any forced GC; "retained" is HeapAlloc after runtime.GC() with the result
 (netwatch's cache, the returned slices, the received updates). Default GOGC. The contenders:
 the raw dump floor (one RTM_GETROUTE AF_UNSPEC dump read with recvfrom into a 64 KiB buffer, counting
 headers, decoding nothing); netwatch (New, Run, wait for Synced: links, addresses, IPv4 and IPv6 routes
-and rules, decoded into its typed cache), and the same with a what-if dialer (see the last section); vishvananda/netlink ` + "`RouteListFiltered(FAMILY_ALL, &Route{Table: RT_TABLE_UNSPEC}, RT_FILTER_TABLE)`" + `;
+and rules, decoded into its typed cache); vishvananda/netlink ` + "`RouteListFiltered(FAMILY_ALL, &Route{Table: RT_TABLE_UNSPEC}, RT_FILTER_TABLE)`" + `;
 vishvananda ` + "`RouteSubscribeWithOptions`" + ` with ListExisting, until as many updates as the dump holds
 arrived (it has no end-of-dump marker) and kept in a slice; jsimonetti/rtnetlink ` + "`Conn.Route.List()`" + `;
 and ` + "`ip -j route show table all`" + ` read through a pipe. The contenders take turns within each run,
@@ -702,22 +699,18 @@ var movesTmpl = template.Must(template.New("moves").Parse(`## What would move th
 - **Kernel time dominates the floor.** The raw dump is the kernel walking its FIB and copying
   messages; everything above it is decoding and storing. Kernel version, CPU and the number of
   attributes per route (multipath, metrics, IPv6) move the floor and everyone with it.
-- **Decoding and allocation.** netwatch decodes each route into a value type and keys it in a map
-  (one map entry per route); vishvananda allocates net.IP/net.IPNet per route; rtnetlink keeps
+- **Decoding and allocation.** netwatch decodes each route straight into a compact key and value
+  appended to a sorted array per table (the kernel dumps in the keys' order), allocating nothing per
+  route; vishvananda allocates net.IP/net.IPNet per route; rtnetlink keeps
   net.IP slices and the raw message; ip formats JSON text. Allocation-heavy decoders pay in GC:
   a smaller GOGC lowers their peak RSS and raises their time, a larger one the opposite.
 - **What is read.** netwatch also dumps links, addresses and rules, and IPv6 routes; with
   Options.RouteTables it dumps only the tables it is asked for, which shrinks both time and memory
   for a caller that needs one or two tables out of a full BGP table.
-- **Syscalls per event.**{{if .Rep.Peeks}} netwatch's KernelDialer leaves mdlayher/netlink's Config.MessageBufferSize
-  unset, so every datagram is read twice: a recvmsg with MSG_PEEK|MSG_TRUNC to size a new buffer, then
-  the read. Multicast events come one per datagram, so that is two syscalls and an allocation per event
-  (the rtnetlink consumer here pays the same). The "what-if" rows run netwatch with a dialer of the
-  bench's that sets MessageBufferSize to 64 KiB, reading each datagram with one recvmsg into a reused
-  buffer as the raw floor and vishvananda do: the difference between the two netwatch rows is what
-  that one setting would move.{{else}} netwatch's KernelDialer sets
-  mdlayher/netlink's Config.MessageBufferSize, so each datagram is read with one recvmsg into a reused
-  buffer; the rtnetlink consumer here still peeks first (two syscalls per event).{{end}}
+- **Syscalls per datagram.** netwatch reads a dump's datagrams whole (a peek at the length, then
+  one recvfrom into a reused 64 KiB buffer) and caches them on a second goroutine while the kernel
+  fills the next; events are read with one recvmsg each into a reused buffer (mdlayher/netlink's
+  Config.MessageBufferSize). The rtnetlink consumer here peeks first and allocates per datagram.
 - **Cores.** This machine has two: the writers, the kernel's work for them and the consumer share
   them, so the writers' rate is lower while a slow consumer competes for CPU, and a consumer's rate
   is capped by the writers'. More cores raise both.

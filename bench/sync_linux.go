@@ -20,13 +20,12 @@ import (
 
 	"github.com/jsimonetti/rtnetlink/v2"
 	"github.com/marksplit/marksplit/netwatch"
-	"github.com/mdlayher/netlink"
 	vnl "github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
 // The initial-sync contenders, in table order; raw is the floor.
-var syncContenders = []string{"raw", "netwatch", "netwatch-msgbuf", "vishvananda-list", "vishvananda-subscribe", "rtnetlink", "ip"}
+var syncContenders = []string{"raw", "netwatch", "vishvananda-list", "vishvananda-subscribe", "rtnetlink", "ip"}
 
 // childSync runs in a fresh process inside the namespace: one contender
 // reads every route once. expect is the number of route messages an
@@ -45,8 +44,8 @@ func childSync(contender string, expect int) (syncResult, error) {
 		if res.Routes, err = s.dump(unix.AF_UNSPEC, nil); err != nil {
 			return res, err
 		}
-	case "netwatch", "netwatch-msgbuf":
-		w := netwatch.New(netwatch.Options{Dialer: dialerFor(contender)})
+	case "netwatch":
+		w := netwatch.New(netwatch.Options{})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		errc := make(chan error, 1)
@@ -136,49 +135,6 @@ func childSync(contender string, expect int) (syncResult, error) {
 	hwm, err := vmHWM()
 	res.HWMKiB = hwm
 	return res, err
-}
-
-// dialerFor returns netwatch's own dialer, or for the what-if contender
-// one that sets mdlayher/netlink's MessageBufferSize.
-func dialerFor(contender string) netwatch.Dialer {
-	if contender == "netwatch-msgbuf" {
-		return msgBufDialer{}
-	}
-	return netwatch.KernelDialer{}
-}
-
-// msgBufDialer is netwatch.KernelDialer (in the calling thread's
-// namespace) with Config.MessageBufferSize set, so that each datagram is
-// read with one recvmsg into a reused buffer instead of a peek and a read
-// into a new one: what netwatch's figures would be if its dialer set it.
-type msgBufDialer struct{}
-
-// msgBufSize holds any datagram the kernel sends: dump skbs are at most
-// 32 KiB less overhead, events far smaller.
-const msgBufSize = 64 << 10
-
-func (msgBufDialer) Dial(cfg netwatch.DialConfig) (netwatch.Conn, error) {
-	c, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{Strict: true, MessageBufferSize: msgBufSize})
-	if err != nil {
-		return nil, err
-	}
-	if err := c.SetOption(netlink.ExtendedAcknowledge, true); err != nil {
-		c.Close()
-		return nil, err
-	}
-	for _, g := range cfg.Groups {
-		if err := c.JoinGroup(g); err != nil {
-			c.Close()
-			return nil, err
-		}
-	}
-	if cfg.ReadBuffer > 0 {
-		if err := c.SetReadBuffer(cfg.ReadBuffer); err != nil {
-			c.Close()
-			return nil, err
-		}
-	}
-	return c, nil
 }
 
 // ipShow runs `ip -j route show table all`, reads its output through a

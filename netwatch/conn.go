@@ -18,6 +18,10 @@ type Conn interface {
 	// ReceiveIter yields the messages of one datagram, or of a whole
 	// multi-part dump; the final DONE message is not yielded.
 	ReceiveIter() iter.Seq2[netlink.Message, error]
+	// ReceiveDatagram reads one datagram, as it came, into b or, when it
+	// is longer, into a new buffer, and returns it. Dumps are read this
+	// way: a million routes arrive without a Message each.
+	ReceiveDatagram(b []byte) ([]byte, error)
 	// SetReadDeadline unblocks a pending receive.
 	SetReadDeadline(t time.Time) error
 	Close() error

@@ -551,3 +551,145 @@ func (f tableFilter) has(t Table) bool {
 	_, ok := f.set[t]
 	return ok
 }
+
+// compactRoute is a dumped route decoded straight into the store's form:
+// the fast path of a sync, which skips building a Route. It mirrors
+// decodeRoute and reports ok only for the routes that fit the compact form
+// and decode without error; anything else — multipath, RTA_VIA, a cloned
+// route, a table outside the filter, a malformed message — takes
+// decodeRoute's path. FuzzCompactRoute checks that both paths agree.
+type compactRoute struct {
+	family Family
+	table  Table
+	k4     key4
+	v4     val4
+	k6     key6
+	v6     val6
+}
+
+func decodeCompact(b []byte, tables tableFilter, c *compactRoute) (ok bool) {
+	if len(b) < unix.SizeofRtMsg {
+		return false
+	}
+	f, ok := familyOf(b[0])
+	flags := binary.NativeEndian.Uint32(b[8:12])
+	dstBits, srcBits, tos := b[1], b[2], b[3]
+	if !ok || flags&rtmFCloned != 0 || f == IPv4 && srcBits != 0 || f == IPv6 && tos != 0 {
+		return false
+	}
+	alen := 4
+	if f == IPv6 {
+		alen = 16
+	}
+	if int(dstBits) > alen*8 || int(srcBits) > alen*8 {
+		return false
+	}
+	table := Table(b[4])
+	var (
+		dst, src, gw, psrc     [16]byte
+		srcOK, gwOK, psrcOK    bool
+		oif, metric, mtu, nhid uint32
+		addrOK                 = func(v []byte) bool { return len(v) == alen }
+		u32OK                  = func(v []byte) bool { return len(v) == 4 }
+		get32                  = func(v []byte) uint32 { return binary.NativeEndian.Uint32(v) }
+	)
+	a := attrs{b: b[unix.SizeofRtMsg:]}
+	for a.next() {
+		v := a.val
+		switch a.typ {
+		case unix.RTA_TABLE:
+			if !u32OK(v) {
+				return false
+			}
+			table = Table(get32(v))
+		case unix.RTA_DST:
+			if !addrOK(v) {
+				return false
+			}
+			copy(dst[:], v)
+		case unix.RTA_SRC:
+			if !addrOK(v) {
+				return false
+			}
+			copy(src[:], v)
+			srcOK = true
+		case unix.RTA_OIF:
+			if !u32OK(v) {
+				return false
+			}
+			oif = get32(v)
+		case unix.RTA_GATEWAY:
+			if !addrOK(v) {
+				return false
+			}
+			copy(gw[:], v)
+			gwOK = true
+		case unix.RTA_PRIORITY:
+			if !u32OK(v) {
+				return false
+			}
+			metric = get32(v)
+		case unix.RTA_PREFSRC:
+			if !addrOK(v) {
+				return false
+			}
+			copy(psrc[:], v)
+			psrcOK = true
+		case unix.RTA_METRICS:
+			m := attrs{b: v}
+			for m.next() {
+				if m.typ == unix.RTAX_MTU {
+					if !u32OK(m.val) {
+						return false
+					}
+					mtu = get32(m.val)
+				}
+			}
+			if m.err != nil {
+				return false
+			}
+		case rtaNHID:
+			if !u32OK(v) {
+				return false
+			}
+			nhid = get32(v)
+		case unix.RTA_MULTIPATH, unix.RTA_VIA:
+			return false
+		}
+	}
+	if a.err != nil || !tables.has(table) || srcBits > 0 && !srcOK {
+		return false
+	}
+	c.family, c.table = f, table
+	var has uint8
+	if gwOK {
+		has |= hasGW
+	}
+	if psrcOK {
+		has |= hasPsrc
+	}
+	proto, scope, typ := b[5], b[6], b[7]
+	if f == IPv4 {
+		c.k4 = key4{dst: maskAddr4([4]byte(dst[:4]), dstBits), bits: dstBits, tos: tos, metric: metric}
+		c.v4 = val4{gw: [4]byte(gw[:4]), psrc: [4]byte(psrc[:4]), oif: oif, mtu: mtu, flags: flags & rtnhFlags, nhid: nhid,
+			proto: proto, scope: scope, typ: typ, has: has}
+		return true
+	}
+	c.k6 = key6{dst: maskAddr16(dst, dstBits), bits: dstBits, metric: metric}
+	if srcBits > 0 {
+		c.k6.src, c.k6.srcBits = maskAddr16(src, srcBits), srcBits+1
+	}
+	c.v6 = val6{gw: gw, psrc: psrc, oif: oif, mtu: mtu, flags: flags & rtnhFlags, nhid: nhid,
+		proto: proto, scope: scope, typ: typ, has: has}
+	return true
+}
+
+func maskAddr4(a [4]byte, bits uint8) [4]byte {
+	var m [4]byte
+	binary.BigEndian.PutUint32(m[:], binary.BigEndian.Uint32(a[:])&^(0xffffffff>>bits))
+	return m
+}
+
+func maskAddr16(a [16]byte, bits uint8) [16]byte {
+	return netip.PrefixFrom(netip.AddrFrom16(a), int(bits)).Masked().Addr().As16()
+}

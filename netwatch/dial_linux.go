@@ -4,6 +4,7 @@ package netwatch
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -44,5 +45,43 @@ func (d KernelDialer) Dial(cfg DialConfig) (Conn, error) {
 			return nil, fmt.Errorf("netwatch: set receive buffer to %d bytes: %w", cfg.ReadBuffer, err)
 		}
 	}
-	return c, nil
+	return kernelConn{c}, nil
+}
+
+// kernelConn is a *netlink.Conn that can also read a whole datagram.
+type kernelConn struct{ *netlink.Conn }
+
+func (c kernelConn) ReceiveDatagram(b []byte) ([]byte, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var (
+		n       int
+		recvErr error
+	)
+	// The socket is non-blocking: Read waits for data, a deadline or Close
+	// while the function reports EAGAIN.
+	err = rc.Read(func(fd uintptr) bool {
+		// The length first, copying nothing: a datagram longer than b
+		// (a link with many VFs) gets a buffer of its own.
+		n, _, recvErr = unix.Recvfrom(int(fd), nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+		if recvErr == unix.EAGAIN {
+			return false
+		}
+		if recvErr == nil {
+			if n > len(b) {
+				b = make([]byte, n)
+			}
+			n, _, recvErr = unix.Recvfrom(int(fd), b, 0)
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case recvErr != nil:
+		return nil, os.NewSyscallError("recvfrom", recvErr)
+	}
+	return b[:n], nil
 }

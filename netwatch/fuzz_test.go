@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -269,6 +271,74 @@ func repeatsAttribute(b []byte) bool {
 		}
 	}
 	return false
+}
+
+// FuzzCompactRoute: a dump's fast path (decodeCompact straight into the
+// store) and its general path (decodeRoute, then addDumped) leave the same
+// cache and fail on the same messages, for any two messages in a row, with
+// and without a table filter. Its corpus is FuzzDecodeRoute's.
+func FuzzCompactRoute(f *testing.F) {
+	seeds := append(routeSeeds(f), corpusBytes(f, "FuzzDecodeRoute")...)
+	for i, b := range seeds {
+		f.Add(b, seeds[(i+1)%len(seeds)], false)
+		f.Add(b, b, i%2 == 0)
+	}
+	f.Fuzz(func(t *testing.T, b1, b2 []byte, filtered bool) {
+		tables := tableFilter{}
+		if filtered {
+			tables = newTableFilter([]Table{TableMain, 70000})
+		}
+		fast, slow := newState(), newState()
+		for _, b := range [][]byte{b1, b2} {
+			m := make([]byte, unix.NLMSG_HDRLEN, unix.NLMSG_HDRLEN+len(b)+3)
+			binary.NativeEndian.PutUint32(m[0:4], uint32(unix.NLMSG_HDRLEN+len(b)))
+			binary.NativeEndian.PutUint16(m[4:6], unix.RTM_NEWROUTE)
+			binary.NativeEndian.PutUint16(m[6:8], uint16(netlink.Multi))
+			m = append(append(m, b...), make([]byte, (4-len(b)%4)%4)...)
+			fastErr := fast.addDatagram(m, tables)
+			r, slowErr := decodeRoute(b, tables)
+			if slowErr == nil {
+				slow.addDumped(r)
+			} else if errors.Is(slowErr, errSkip) {
+				slowErr = nil
+			}
+			if (fastErr == nil) != (slowErr == nil) {
+				t.Fatalf("fast path: %v; general path: %v", fastErr, slowErr)
+			}
+		}
+		got, want := (View{fast}).Snapshot().Routes, (View{slow}).Snapshot().Routes
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("fast path cached\n%+v\ngeneral path\n%+v", got, want)
+		}
+	})
+}
+
+// corpusBytes returns the inputs of a one-[]byte fuzz target's corpus in
+// testdata/fuzz.
+func corpusBytes(tb testing.TB, target string) [][]byte {
+	tb.Helper()
+	dir := filepath.Join("testdata", "fuzz", target)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out [][]byte
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		_, arg, ok := strings.Cut(string(b), "\n[]byte(")
+		if !ok {
+			tb.Fatalf("%s: not a []byte corpus entry", e.Name())
+		}
+		q, err := strconv.Unquote(strings.TrimSuffix(strings.TrimSpace(arg), ")"))
+		if err != nil {
+			tb.Fatalf("%s: %v", e.Name(), err)
+		}
+		out = append(out, []byte(q))
+	}
+	return out
 }
 
 // FuzzDecodeRule: decoded rules keep the invariants and survive encodeRule

@@ -6,10 +6,10 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -1579,17 +1579,12 @@ type cancelOnRoute struct {
 	fire func()
 }
 
-func (c *cancelOnRoute) ReceiveIter() iter.Seq2[netlink.Message, error] {
-	return func(yield func(netlink.Message, error) bool) {
-		for m, err := range c.Conn.ReceiveIter() {
-			if err == nil && m.Header.Type == unix.RTM_NEWROUTE {
-				c.fire()
-			}
-			if !yield(m, err) {
-				return
-			}
-		}
+func (c *cancelOnRoute) ReceiveDatagram(b []byte) ([]byte, error) {
+	d, err := c.Conn.ReceiveDatagram(b)
+	if err == nil && len(d) >= unix.NLMSG_HDRLEN && binary.NativeEndian.Uint16(d[4:6]) == unix.RTM_NEWROUTE {
+		c.fire()
 	}
+	return d, err
 }
 
 type cancelDialer struct {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,6 +119,10 @@ type Watcher struct {
 	stats  Stats
 
 	running atomic.Bool
+	// dumpBufs are the receive buffers of dumps, kept from one dump to
+	// the next of a sync; only Run's goroutine and a dump's caching
+	// goroutine use them.
+	dumpBufs [][]byte
 }
 
 // New returns a Watcher that does nothing until Run.
@@ -421,6 +426,7 @@ func (w *Watcher) signal(gen uint64) {
 
 // fullSync dumps everything into a new state and swaps it in.
 func (w *Watcher) fullSync(rc Conn, cause ResyncCause) error {
+	defer w.releaseDumpBuffers()
 	start := time.Now()
 	next := newState()
 	steps := []func(*state) error{
@@ -461,6 +467,7 @@ func (w *Watcher) fullSync(rc Conn, cause ResyncCause) error {
 // redumpRoutes re-reads the routes of the marked families after a change
 // the kernel makes without events.
 func (w *Watcher) redumpRoutes(rc Conn, fams redumps) error {
+	defer w.releaseDumpBuffers()
 	rtnlBarrier(rc)
 	for i, f := range []Family{IPv4, IPv6} {
 		if !fams[i] {
@@ -488,6 +495,7 @@ func (w *Watcher) redumpRoutes(rc Conn, fams redumps) error {
 // redumpRules re-reads the rules of both families after a rule event the
 // cache could not apply unambiguously.
 func (w *Watcher) redumpRules(rc Conn) error {
+	defer w.releaseDumpBuffers()
 	next := newState()
 	for _, af := range []uint8{unix.AF_INET, unix.AF_INET6} {
 		if err := w.dump(rc, unix.RTM_GETRULE, af, 0, next); err != nil {
@@ -567,49 +575,65 @@ func clearDump(typ uint16, af uint8, t Table, s *state) {
 }
 
 func (w *Watcher) dumpOnce(rc Conn, typ uint16, af uint8, t Table, s *state) (intr bool, err error) {
-	req := netlink.Message{
+	req, err := rc.Send(netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(typ), Flags: netlink.Request | netlink.Dump},
 		Data:   dumpRequest(typ, af, t),
-	}
-	if _, err := rc.Send(req); err != nil {
+	})
+	if err != nil {
 		return false, fmt.Errorf("netwatch: request dump: %w", err)
 	}
-	// A dump can be a full routing table: its messages are cached on another goroutine,
-	// in batches, while this one reads the next datagrams from the kernel.
-	// Each datagram is in memory of its own, so messages stay valid.
-	var (
-		batches = make(chan []netlink.Message, 8)
-		done    = make(chan error, 1)
-		batch   []netlink.Message
-	)
+	// A dump can be a full routing table: its datagrams are cached on
+	// another goroutine while this one reads the next from the kernel,
+	// which fills them meanwhile. The buffers go round between the two.
+	free := make(chan []byte, dumpBuffers)
+	for _, b := range w.dumpBufs {
+		free <- b
+	}
+	bufs := len(w.dumpBufs)
+	nextBuf := func() []byte {
+		select {
+		case b := <-free:
+			return b
+		default:
+		}
+		if bufs < dumpBuffers {
+			bufs++
+			return make([]byte, dumpBufferSize)
+		}
+		return <-free
+	}
+	full := make(chan []byte, dumpBuffers)
+	done := make(chan error, 1)
 	go func() {
 		var err error
-		for b := range batches {
-			for _, m := range b {
-				if err == nil {
-					err = s.addDumpMessage(m, w.tables)
-				}
+		for d := range full {
+			if err == nil {
+				err = s.addDatagram(d, w.tables)
 			}
+			free <- d[:cap(d)]
 		}
 		done <- err
 	}()
 	var recvErr error
-	for m, err := range rc.ReceiveIter() {
-		if err != nil {
-			recvErr = err
+	for end := false; !end; {
+		var d []byte
+		if d, recvErr = rc.ReceiveDatagram(nextBuf()); recvErr != nil {
 			break
 		}
-		if m.Header.Flags&netlink.DumpInterrupted != 0 {
-			intr = true
+		var i bool
+		end, i, recvErr = scanDump(d, req.Header.Sequence)
+		intr = intr || i
+		if recvErr != nil {
+			break
 		}
-		if batch = append(batch, m); len(batch) == dumpBatch {
-			batches <- batch
-			batch = make([]netlink.Message, 0, dumpBatch)
-		}
+		full <- d
 	}
-	batches <- batch
-	close(batches)
+	close(full)
 	applyErr := <-done
+	w.dumpBufs = w.dumpBufs[:0]
+	for len(free) > 0 {
+		w.dumpBufs = append(w.dumpBufs, <-free)
+	}
 	switch {
 	case recvErr != nil && t != 0 && errors.Is(recvErr, unix.ENOENT):
 		return false, nil // the table does not exist yet
@@ -619,33 +643,145 @@ func (w *Watcher) dumpOnce(rc Conn, typ uint16, af uint8, t Table, s *state) (in
 	return intr, applyErr
 }
 
-// dumpBatch is how many dump messages go to the caching goroutine at once.
-const dumpBatch = 512
+// releaseDumpBuffers lets the garbage collector have the dump buffers
+// once a sync is over: a watcher between syncs holds none.
+func (w *Watcher) releaseDumpBuffers() { w.dumpBufs = nil }
 
-// addDumpMessage adds one message of a dump to s.
-func (s *state) addDumpMessage(m netlink.Message, tables tableFilter) error {
-	if m.Header.Type == unix.RTM_NEWROUTE {
-		// The bulk of any dump: decoded straight into a Route and added,
-		// without building an Event.
-		r, err := decodeRoute(m.Data, tables)
+// A dump has up to dumpBuffers datagrams in flight, each in a buffer of
+// dumpBufferSize: the kernel fills dump datagrams up to 32 KiB. A longer
+// one (a link with many VFs) comes in a buffer of its own.
+const (
+	dumpBuffers    = 4
+	dumpBufferSize = 64 << 10
+)
+
+// scanDump checks the headers of a dump's datagram d, a reply to request
+// seq: it reports whether d ends the dump (NLMSG_DONE, an error, or a
+// reply that is not multi-part), whether a message carries
+// NLM_F_DUMP_INTR, and the kernel's error, if any.
+func scanDump(d []byte, seq uint32) (end, intr bool, err error) {
+	for len(d) > 0 {
+		h, body, rest, err := nextMessage(d)
+		if err != nil {
+			return true, intr, err
+		}
+		d = rest
+		if h.Sequence != seq {
+			return true, intr, malformed("reply with sequence %d to request %d", h.Sequence, seq)
+		}
+		intr = intr || h.Flags&netlink.DumpInterrupted != 0
+		switch h.Type {
+		case netlink.Done, netlink.Error:
+			return true, intr, replyError(h, body)
+		}
+		end = h.Flags&netlink.Multi == 0
+	}
+	return end, intr, nil
+}
+
+// nextMessage splits the first netlink message off d.
+func nextMessage(d []byte) (h netlink.Header, body, rest []byte, err error) {
+	if len(d) < unix.NLMSG_HDRLEN {
+		return h, nil, nil, malformed("truncated netlink header of %d bytes", len(d))
+	}
+	l := int(binary.NativeEndian.Uint32(d[0:4]))
+	if l < unix.NLMSG_HDRLEN || l > len(d) {
+		return h, nil, nil, malformed("netlink message length %d out of range", l)
+	}
+	h = netlink.Header{
+		Length:   uint32(l),
+		Type:     netlink.HeaderType(binary.NativeEndian.Uint16(d[4:6])),
+		Flags:    netlink.HeaderFlags(binary.NativeEndian.Uint16(d[6:8])),
+		Sequence: binary.NativeEndian.Uint32(d[8:12]),
+		PID:      binary.NativeEndian.Uint32(d[12:16]),
+	}
+	return h, d[unix.NLMSG_HDRLEN:l], d[min((l+3)&^3, len(d)):], nil
+}
+
+// replyError returns the error an NLMSG_DONE or NLMSG_ERROR message
+// carries, nil for none, as *netlink.OpError with the kernel's extended
+// acknowledgement text.
+func replyError(h netlink.Header, body []byte) error {
+	if len(body) < 4 {
+		if h.Type == netlink.Done {
+			return nil
+		}
+		return malformed("error message of %d bytes", len(body))
+	}
+	code := int32(binary.NativeEndian.Uint32(body[0:4]))
+	if code == 0 {
+		return nil
+	}
+	oe := &netlink.OpError{Op: "receive", Err: unix.Errno(-code)}
+	// After the code: for NLMSG_ERROR the request's header (all of the
+	// request without NLM_F_CAPPED), then the acknowledgement's attributes.
+	tlvs := body[4:]
+	if h.Type == netlink.Error {
+		skip := unix.NLMSG_HDRLEN
+		if h.Flags&netlink.Capped == 0 && len(tlvs) >= 4 {
+			skip = int(binary.NativeEndian.Uint32(tlvs[0:4]))
+		}
+		tlvs = tlvs[min((skip+3)&^3, len(tlvs)):]
+	}
+	if h.Flags&netlink.AcknowledgeTLVs != 0 {
+		for a := (attrs{b: tlvs}); a.next(); {
+			if a.typ == unix.NLMSGERR_ATTR_MSG {
+				oe.Message = strings.TrimRight(string(a.val), "\x00")
+			}
+		}
+	}
+	return oe
+}
+
+// addDatagram adds the messages of a dump's datagram to s, up to the one
+// that ends the dump.
+func (s *state) addDatagram(d []byte, tables tableFilter) error {
+	var (
+		c    compactRoute
+		last *table // of the previous route: a dump lists a table's routes together
+	)
+	for len(d) > 0 {
+		h, body, rest, err := nextMessage(d)
+		if err != nil {
+			return err
+		}
+		d = rest
+		switch h.Type {
+		case netlink.Done, netlink.Error:
+			return nil
+		case unix.RTM_NEWROUTE:
+			// The bulk of any dump. Most routes go straight into their
+			// table's store; the others are decoded into a Route and
+			// added, still without building an Event.
+			if decodeCompact(body, tables, &c) {
+				if last == nil || last.family != c.family || last.id != c.table {
+					last = s.table(c.family, c.table, true)
+				}
+				if c.family == IPv4 && last.m4.add(c.k4, c.v4) || c.family == IPv6 && last.m6.add(c.k6, c.v6) {
+					continue
+				}
+			}
+			r, err := decodeRoute(body, tables)
+			switch {
+			case errors.Is(err, errSkip):
+				continue
+			case err != nil:
+				return fmt.Errorf("netwatch: dump: %w", err)
+			}
+			s.addDumped(r)
+			continue
+		}
+		last = nil
+		ev, err := decode(netlink.Message{Header: h, Data: body}, tables)
 		switch {
 		case errors.Is(err, errSkip):
-			return nil
+			continue
 		case err != nil:
 			return fmt.Errorf("netwatch: dump: %w", err)
 		}
-		s.addDumped(r)
-		return nil
+		ev.dumped = true
+		s.apply(&ev)
 	}
-	ev, err := decode(m, tables)
-	switch {
-	case errors.Is(err, errSkip):
-		return nil
-	case err != nil:
-		return fmt.Errorf("netwatch: dump: %w", err)
-	}
-	ev.dumped = true
-	s.apply(&ev)
 	return nil
 }
 

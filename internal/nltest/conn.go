@@ -76,6 +76,19 @@ func (c *FakeConn) Send(m netlink.Message) (netlink.Message, error) { return c.n
 // arrives, the read deadline passes or the conn is closed.
 func (c *FakeConn) ReceiveIter() iter.Seq2[netlink.Message, error] { return c.nl.ReceiveIter() }
 
+// ReceiveDatagram reads one datagram into b or, when it is longer, into a
+// new buffer, and returns it. It blocks as ReceiveIter.
+func (c *FakeConn) ReceiveDatagram(b []byte) ([]byte, error) {
+	d, err := c.sock.next()
+	if err != nil {
+		return nil, err
+	}
+	if len(d) > len(b) {
+		b = make([]byte, len(d))
+	}
+	return b[:copy(b, d)], nil
+}
+
 // SetReadDeadline sets the deadline of pending and future receives; the
 // zero time removes it. A receive past it fails with an error matching
 // os.ErrDeadlineExceeded.
