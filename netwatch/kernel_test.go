@@ -1685,3 +1685,47 @@ func TestKernelDumpOrder(t *testing.T) {
 		}
 	})
 }
+
+// TestKernelLargeDatagram: a link with hundreds of alternative names makes
+// a link message, and so a dump datagram, longer than a dump buffer. It
+// comes whole, in a buffer of its own, and the watcher's cache has the
+// link (a dump request without IFLA_EXT_MASK gets no such link at all).
+func TestKernelLargeDatagram(t *testing.T) {
+	ns := newTestNS(t)
+	underlay(t, ns)
+	var cmds []string
+	for i := range 490 {
+		cmds = append(cmds, fmt.Sprintf("link property add dev u0 altname n%03d%0120d", i, 0))
+	}
+	if n := ns.batch(t, cmds); n > 0 {
+		t.Fatalf("%d of %d altnames refused", n, len(cmds))
+	}
+
+	c, err := ns.dialer().Dial(DialConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req, err := c.Send(netlink.Message{Header: netlink.Header{Type: unix.RTM_GETLINK, Flags: netlink.Request | netlink.Dump},
+		Data: dumpRequest(unix.RTM_GETLINK, unix.AF_UNSPEC, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	longest := 0
+	for end := false; !end; {
+		d, err := c.ReceiveDatagram(make([]byte, dumpBufferSize))
+		if err != nil {
+			t.Fatal(err)
+		}
+		longest = max(longest, len(d))
+		if end, _, err = scanDump(d, req.Header.Sequence); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if longest <= dumpBufferSize {
+		t.Fatalf("longest link dump datagram %d bytes, want more than a dump buffer (%d)", longest, dumpBufferSize)
+	}
+
+	w := startWatcher(t, Options{Dialer: ns.dialer()})
+	waitConverged(t, w, ns, 5*time.Second, fmt.Sprintf("a link message of %d bytes", longest))
+}

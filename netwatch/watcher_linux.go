@@ -785,13 +785,23 @@ func (s *state) addDatagram(d []byte, tables tableFilter) error {
 	return nil
 }
 
+// rtextFilterSkipStats is RTEXT_FILTER_SKIP_STATS (linux/rtnetlink.h),
+// which x/sys/unix does not have.
+const rtextFilterSkipStats = 1 << 3
+
 // dumpRequest builds the header of a strict dump request.
 func dumpRequest(typ uint16, af uint8, t Table) []byte {
 	switch typ {
 	case unix.RTM_GETLINK:
-		b := make([]byte, unix.SizeofIfInfomsg)
+		// Without IFLA_EXT_MASK the kernel sizes link dump datagrams
+		// for ordinary links and leaves out, silently, a link whose
+		// message is longer (hundreds of altnames, many VFs); with any
+		// mask it sizes them for the longest. Statistics are not cached.
+		b := make([]byte, unix.SizeofIfInfomsg, unix.SizeofIfInfomsg+8)
 		b[0] = af
-		return b
+		b = binary.NativeEndian.AppendUint16(b, 8)
+		b = binary.NativeEndian.AppendUint16(b, unix.IFLA_EXT_MASK)
+		return binary.NativeEndian.AppendUint32(b, rtextFilterSkipStats)
 	case unix.RTM_GETADDR:
 		b := make([]byte, unix.SizeofIfAddrmsg)
 		b[0] = af
