@@ -589,48 +589,45 @@ func decodeCompact(b []byte, tables tableFilter, c *compactRoute) (ok bool) {
 		dst, src, gw, psrc     [16]byte
 		srcOK, gwOK, psrcOK    bool
 		oif, metric, mtu, nhid uint32
-		addrOK                 = func(v []byte) bool { return len(v) == alen }
-		u32OK                  = func(v []byte) bool { return len(v) == 4 }
-		get32                  = func(v []byte) uint32 { return binary.NativeEndian.Uint32(v) }
 	)
 	a := attrs{b: b[unix.SizeofRtMsg:]}
 	for a.next() {
 		v := a.val
 		switch a.typ {
 		case unix.RTA_TABLE:
-			if !u32OK(v) {
+			if len(v) != 4 {
 				return false
 			}
-			table = Table(get32(v))
+			table = Table(binary.NativeEndian.Uint32(v))
 		case unix.RTA_DST:
-			if !addrOK(v) {
+			if len(v) != alen {
 				return false
 			}
 			copy(dst[:], v)
 		case unix.RTA_SRC:
-			if !addrOK(v) {
+			if len(v) != alen {
 				return false
 			}
 			copy(src[:], v)
 			srcOK = true
 		case unix.RTA_OIF:
-			if !u32OK(v) {
+			if len(v) != 4 {
 				return false
 			}
-			oif = get32(v)
+			oif = binary.NativeEndian.Uint32(v)
 		case unix.RTA_GATEWAY:
-			if !addrOK(v) {
+			if len(v) != alen {
 				return false
 			}
 			copy(gw[:], v)
 			gwOK = true
 		case unix.RTA_PRIORITY:
-			if !u32OK(v) {
+			if len(v) != 4 {
 				return false
 			}
-			metric = get32(v)
+			metric = binary.NativeEndian.Uint32(v)
 		case unix.RTA_PREFSRC:
-			if !addrOK(v) {
+			if len(v) != alen {
 				return false
 			}
 			copy(psrc[:], v)
@@ -639,20 +636,20 @@ func decodeCompact(b []byte, tables tableFilter, c *compactRoute) (ok bool) {
 			m := attrs{b: v}
 			for m.next() {
 				if m.typ == unix.RTAX_MTU {
-					if !u32OK(m.val) {
+					if len(m.val) != 4 {
 						return false
 					}
-					mtu = get32(m.val)
+					mtu = binary.NativeEndian.Uint32(m.val)
 				}
 			}
 			if m.err != nil {
 				return false
 			}
 		case rtaNHID:
-			if !u32OK(v) {
+			if len(v) != 4 {
 				return false
 			}
-			nhid = get32(v)
+			nhid = binary.NativeEndian.Uint32(v)
 		case unix.RTA_MULTIPATH, unix.RTA_VIA:
 			return false
 		}
