@@ -21,6 +21,17 @@
 // the view is complete: nothing may be removed on the strength of a view that
 // is not.
 //
+// # Full tables
+//
+// A dump is read a datagram at a time and cached on a second goroutine
+// while the kernel fills the next. Ordinary routes are decoded straight
+// into pointer-free keys and values that the kernel dumps in order, so a
+// table fills by appending to a sorted array: about 40 bytes a route,
+// nothing for the garbage collector to scan, and a sync of a million
+// routes that takes less than mdlayher/netlink needs to read the dump
+// (BenchmarkKernelInitialSync). Options.RouteTables leaves out the tables
+// a caller does not need.
+//
 // # Changing
 //
 // A policy is a pure function from a View to a Desired state: the routes
