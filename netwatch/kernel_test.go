@@ -1729,3 +1729,41 @@ func TestKernelLargeDatagram(t *testing.T) {
 	w := startWatcher(t, Options{Dialer: ns.dialer()})
 	waitConverged(t, w, ns, 5*time.Second, fmt.Sprintf("a link message of %d bytes", longest))
 }
+
+// TestKernelLargeTableChurn: after the dump of a 20,000-route table, a
+// mix of deletions and of new routes that sort between the dumped ones
+// (so that the store keeps them aside and merges them into its array) ends
+// equal to the kernel, and the store stays within its bound on what it
+// keeps aside.
+func TestKernelLargeTableChurn(t *testing.T) {
+	ns := newTestNS(t)
+	index, gw := underlay(t, ns)
+	all := gwRoutes(TableMain, 0, 40000, gw, index)
+	var even, odd []Route
+	for i, r := range all {
+		if i%2 == 0 {
+			even = append(even, r)
+		} else {
+			odd = append(odd, r)
+		}
+	}
+	rw := dialRouteWriter(t, ns)
+	rw.add(t, even)
+	w := startWatcher(t, Options{Dialer: ns.dialer()})
+	waitSynced(t, w, 10*time.Second)
+
+	rng := rand.New(rand.NewPCG(seed(t), 0))
+	rng.Shuffle(len(even), func(i, j int) { even[i], even[j] = even[j], even[i] })
+	rng.Shuffle(len(odd), func(i, j int) { odd[i], odd[j] = odd[j], odd[i] })
+	for i := 0; i < 8; i++ {
+		rw.del(t, even[i*1000:(i+1)*1000])
+		rw.add(t, odd[i*1000:(i+1)*1000])
+	}
+	waitConverged(t, w, ns, 20*time.Second, "after 16,000 changes")
+	w.Read(func(v View) {
+		s := &v.s.table(IPv4, TableMain, false).m4
+		if d := len(s.added) + s.ndead; d >= compactMin && 4*d >= s.n {
+			t.Errorf("store keeps %d changes aside of an array of %d: it should have merged them", d, s.n)
+		}
+	})
+}

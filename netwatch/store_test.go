@@ -27,7 +27,7 @@ func (a testKey) compare(b testKey) int {
 // checkStore compares s with the model m and checks the store's own
 // invariants: a sorted array, full chunks, a consistent dead count, and no
 // key both in the array and among the added ones.
-func checkStore(t *rapid.T, s *store[testKey, int], m map[testKey]int) {
+func checkStore(t interface{ Fatalf(string, ...any) }, s *store[testKey, int], m map[testKey]int) {
 	if s.len() != len(m) {
 		t.Fatalf("len %d, model has %d", s.len(), len(m))
 	}
@@ -137,6 +137,34 @@ func TestStoreCompacts(t *testing.T) {
 	if s.len() != 1000 || s.n > 2000 {
 		t.Fatalf("len %d, array of %d after deleting 19000; want 1000 in an array of at most 2000", s.len(), s.n)
 	}
+}
+
+// TestStoreCompactTrailing: keys kept aside can sort after the array's
+// last key once the entries at its end are deleted; a merge puts them
+// after it.
+func TestStoreCompactTrailing(t *testing.T) {
+	var s store[testKey, int]
+	m := map[testKey]int{}
+	for k := testKey(0); k < 100; k += 2 {
+		s.add(k, int(k))
+		m[k] = int(k)
+	}
+	for k := testKey(81); k < 98; k += 2 {
+		s.set(k, int(k)) // between array keys: aside
+		m[k] = int(k)
+	}
+	for k := testKey(98); k >= 80; k -= 2 {
+		s.del(k) // the array's last entry each time: popped
+		delete(m, k)
+	}
+	if len(s.added) != 9 || s.at(s.n-1).k != 78 {
+		t.Fatalf("setup: %d aside, last array key %d; want 9 aside after 78", len(s.added), s.at(s.n-1).k)
+	}
+	s.compact()
+	if len(s.added) != 0 || s.n != len(m) {
+		t.Fatalf("after the merge: %d aside, array of %d; want all %d in the array", len(s.added), s.n, len(m))
+	}
+	checkStore(t, &s, m)
 }
 
 // TestKeyOrder pins the orders the keys' compare follows: the kernel's dump
