@@ -46,22 +46,31 @@ func loadRoutes(b *testing.B, ns *testNS, n int, gw netip.Addr, index uint32) {
 	}
 }
 
-// rawDump dumps the IPv4 routes through mdlayher/netlink, as any user of
-// the library reads a dump when it decodes nothing, and returns how many
-// messages came: the reference for a watcher's sync.
-func rawDump(b *testing.B, ns *testNS) int {
+// startDump opens a socket in ns and asks it for a dump of the IPv4
+// routes.
+func startDump(b *testing.B, ns *testNS) Conn {
 	b.Helper()
 	c, err := ns.dialer().Dial(DialConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
 	if _, err := c.Send(netlink.Message{
 		Header: netlink.Header{Type: unix.RTM_GETROUTE, Flags: netlink.Request | netlink.Dump},
 		Data:   dumpRequest(unix.RTM_GETROUTE, unix.AF_INET, 0),
 	}); err != nil {
+		c.Close()
 		b.Fatal(err)
 	}
+	return c
+}
+
+// rawDump dumps the IPv4 routes through mdlayher/netlink, as any user of
+// the library reads a dump when it decodes nothing, and returns how many
+// messages came: the reference for a watcher's sync.
+func rawDump(b *testing.B, ns *testNS) int {
+	b.Helper()
+	c := startDump(b, ns)
+	defer c.Close()
 	n := 0
 	for _, err := range c.ReceiveIter() {
 		if err != nil {
@@ -78,17 +87,8 @@ func rawDump(b *testing.B, ns *testNS) int {
 // messages came.
 func bareDump(b *testing.B, ns *testNS) int {
 	b.Helper()
-	c, err := ns.dialer().Dial(DialConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := startDump(b, ns)
 	defer c.Close()
-	if _, err := c.Send(netlink.Message{
-		Header: netlink.Header{Type: unix.RTM_GETROUTE, Flags: netlink.Request | netlink.Dump},
-		Data:   dumpRequest(unix.RTM_GETROUTE, unix.AF_INET, 0),
-	}); err != nil {
-		b.Fatal(err)
-	}
 	rc, err := c.(kernelConn).SyscallConn()
 	if err != nil {
 		b.Fatal(err)
