@@ -281,12 +281,34 @@ func TestHelperSyncRSS(t *testing.T) {
 // the kernel lets them (1024 per write, each on its own socket) while a
 // watcher with the default receive buffer follows. It reports the events
 // the watcher applied per second, until it caught up, and the overflows it
-// had (there should be none: "overflows" must read 0).
+// had (there should be none: "overflows" must read 0). With table=N the
+// main table first holds N routes and the writers' routes sort between
+// them, as churn in a full BGP table does; N=1,000,000 runs with
+// MARKSPLIT_BENCH_1M=1.
 func BenchmarkKernelEventIngest(b *testing.B) {
+	for _, n := range append([]int{0}, benchSizes(b)[1:]...) {
+		b.Run(fmt.Sprintf("table=%d", n), func(b *testing.B) { benchIngest(b, n) })
+	}
+}
+
+func benchIngest(b *testing.B, tableRoutes int) {
 	ns := newTestNS(b)
 	index, gw := underlay(b, ns)
+	// The table's routes take the even numbers of gwRoutes, the writers'
+	// the odd ones among them; without a table, the writers' own ranges.
+	writerRoutes := func(i int) []Route { return gwRoutes(TableMain, (i+1)<<16, writeBatch, gw, index) }
+	if tableRoutes > 0 {
+		rw := dialRouteWriter(b, ns)
+		for first := 0; first < tableRoutes; first += writeBatch * 16 {
+			rs := gwRoutes(TableMain, 2*first, 2*min(writeBatch*16, tableRoutes-first), gw, index)
+			rw.add(b, everyOther(rs, 0))
+		}
+		writerRoutes = func(i int) []Route {
+			return everyOther(gwRoutes(TableMain, 2*i*writeBatch*64, 2*writeBatch, gw, index), 1)
+		}
+	}
 	w := startWatcher(b, Options{Dialer: ns.dialer()})
-	waitSynced(b, w, 10*time.Second)
+	waitSynced(b, w, 2*time.Minute)
 	writers := []*routeWriter{dialRouteWriter(b, ns), dialRouteWriter(b, ns)}
 	base := w.Stats()
 	var baseRoutes int
@@ -304,7 +326,7 @@ func BenchmarkKernelEventIngest(b *testing.B) {
 			defer wg.Done()
 			// Each writer toggles its own 1024 routes: add them all, delete
 			// them all, until it made its share of changes.
-			rs := gwRoutes(TableMain, (i+1)<<16, writeBatch, gw, index)
+			rs := writerRoutes(i)
 			for changes[i] < per {
 				k := min((per-changes[i]+1)/2, len(rs))
 				for _, typ := range []uint16{unix.RTM_NEWROUTE, unix.RTM_DELROUTE} {
@@ -360,6 +382,16 @@ func BenchmarkKernelEventIngest(b *testing.B) {
 	b.ReportMetric(float64(events)/caught.Seconds(), "events/s")
 	b.ReportMetric(float64(total)/written.Seconds(), "kernel-changes/s")
 	b.ReportMetric(float64(st.Resyncs[ResyncOverflow]-base.Resyncs[ResyncOverflow]), "overflows")
+}
+
+// everyOther returns the routes of rs at even (from 0) or odd (from 1)
+// positions.
+func everyOther(rs []Route, from int) []Route {
+	var out []Route
+	for i := from; i < len(rs); i += 2 {
+		out = append(out, rs[i])
+	}
+	return out
 }
 
 // BenchmarkDumpApply is the watcher's share of a sync without the kernel:
