@@ -4,6 +4,7 @@ package netwatch
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +37,25 @@ type fakeDialer struct {
 	mcs      []*faultConn // multicast sockets, in dial order
 	requests int          // request sockets dialed
 	fail     error        // returned by Dial while set
+	// onRouteDump, when set, runs once, when a request socket receives
+	// the first datagram of routes after it was set.
+	onRouteDump atomic.Pointer[func()]
+}
+
+// hookConn is a request socket of a fakeDialer.
+type hookConn struct {
+	Conn
+	d *fakeDialer
+}
+
+func (c hookConn) ReceiveDatagram(b []byte) ([]byte, error) {
+	dg, err := c.Conn.ReceiveDatagram(b)
+	if err == nil && len(dg) >= unix.NLMSG_HDRLEN && binary.NativeEndian.Uint16(dg[4:6]) == unix.RTM_NEWROUTE {
+		if f := c.d.onRouteDump.Swap(nil); f != nil {
+			(*f)()
+		}
+	}
+	return dg, err
 }
 
 func (d *fakeDialer) Dial(cfg DialConfig) (Conn, error) {
@@ -49,7 +70,7 @@ func (d *fakeDialer) Dial(cfg DialConfig) (Conn, error) {
 	}
 	if len(cfg.Groups) == 0 {
 		d.requests++
-		return c, nil
+		return hookConn{c, d}, nil
 	}
 	fc := &faultConn{Conn: c, fake: c}
 	d.mcs = append(d.mcs, fc)
@@ -344,6 +365,40 @@ func TestFakeOverflow(t *testing.T) {
 	if st := w.Stats(); st.Resyncs[ResyncOverflow] == 0 {
 		t.Errorf("no overflow resync: %+v", st)
 	}
+}
+
+// TestFakeOverflowCongested: after an overflow the kernel drops every
+// event for that socket, silently, until its queue has been read empty
+// (nltest's TestKernelCongestion). A route deleted while the watcher
+// re-dumps, after the dump listed it, is known from its event alone: the
+// watcher must resync on a new socket, or that event is lost with the
+// old socket's congestion.
+func TestFakeOverflowCongested(t *testing.T) {
+	k, eth := fakeHost(t)
+	w, d := startFake(t, k, Options{ReadBuffer: 4096})
+	waitFake(t, w, k, "initial sync")
+	victim := netip.MustParsePrefix("10.5.7.0/24")
+	del := func() {
+		if err := k.DelRoute(nltest.Route{Table: 900, Dst: victim}); err != nil {
+			t.Error(err)
+		}
+	}
+	// Hold the cache's lock, as TestFakeOverflow, so that the events
+	// overflow the socket; the resync's route dump then deletes a route.
+	w.Read(func(View) {
+		for i := range 200 {
+			r := nltest.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 5, byte(i), 0}), 24), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}
+			if err := k.AddRoute(r); err != nil {
+				t.Error(err)
+			}
+		}
+		d.onRouteDump.Store(&del)
+	})
+	waitStats(t, w, "overflow resync", func(s Stats) bool { return s.Resyncs[ResyncOverflow] >= 1 })
+	if d.onRouteDump.Load() != nil {
+		t.Fatal("the resync dumped no routes")
+	}
+	waitFake(t, w, k, "after the overflow and the deletion")
 }
 
 // TestFakeDumpInterrupted: a dump the kernel marks interrupted is done

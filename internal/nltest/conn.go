@@ -120,9 +120,13 @@ type socket struct {
 	used     int
 	capacity int
 	overrun  bool // the next receive fails with ENOBUFS
-	closed   bool
-	deadline time.Time
-	wake     chan struct{} // closed and replaced when any of the above changes
+	// congested: multicast is dropped, silently after the first ENOBUFS,
+	// until the queue has been read empty (the kernel's
+	// NETLINK_S_CONGESTED).
+	congested bool
+	closed    bool
+	deadline  time.Time
+	wake      chan struct{} // closed and replaced when any of the above changes
 }
 
 func (s *socket) signal() {
@@ -130,8 +134,9 @@ func (s *socket) signal() {
 	s.wake = make(chan struct{})
 }
 
-// enqueue adds a datagram. A multicast datagram that does not fit is
-// dropped and the socket is marked overrun; replies always go in.
+// enqueue adds a datagram. A multicast datagram that does not fit, or
+// comes while the socket is congested, is dropped; the first drop of a
+// congestion marks the socket overrun. Replies always go in.
 func (s *socket) enqueue(b []byte, multicast bool) {
 	cost := len(b) + skbOverhead
 	s.mu.Lock()
@@ -139,9 +144,11 @@ func (s *socket) enqueue(b []byte, multicast bool) {
 	if s.closed {
 		return
 	}
-	if multicast && s.used > s.capacity {
-		s.overrun = true
-		s.signal()
+	if multicast && (s.congested || s.used > s.capacity) {
+		if !s.congested {
+			s.congested, s.overrun = true, true
+			s.signal()
+		}
 		return
 	}
 	s.queue = append(s.queue, datagram{b, cost})
@@ -153,7 +160,7 @@ func (s *socket) injectOverrun() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.closed {
-		s.overrun = true
+		s.overrun, s.congested = true, true
 		s.signal()
 	}
 }
@@ -228,8 +235,12 @@ func (s *socket) next() ([]byte, error) {
 			s.mu.Unlock()
 			return nil, os.ErrDeadlineExceeded
 		case s.overrun:
-			// As the kernel: the socket error comes before queued data.
+			// As the kernel: the socket error comes before queued data,
+			// and a receive that finds the queue empty ends congestion.
 			s.overrun = false
+			if len(s.queue) == 0 {
+				s.congested = false
+			}
 			s.mu.Unlock()
 			return nil, os.NewSyscallError("recvmsg", unix.ENOBUFS)
 		case len(s.queue) > 0:
@@ -237,6 +248,9 @@ func (s *socket) next() ([]byte, error) {
 			s.queue[0] = datagram{}
 			s.queue = s.queue[1:]
 			s.used -= d.cost
+			if len(s.queue) == 0 {
+				s.congested = false
+			}
 			s.mu.Unlock()
 			return d.b, nil
 		}

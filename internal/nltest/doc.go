@@ -65,7 +65,9 @@
 //     NLM_F_ECHO; a bounded receive queue sized like
 //     the kernel's (twice the requested buffer, a per-datagram overhead):
 //     an event that does not fit is lost and the next receive fails with
-//     ENOBUFS.
+//     ENOBUFS; from then on every event for that conn is dropped without
+//     another error until its queue has been read empty (the kernel's
+//     NETLINK_S_CONGESTED; TestKernelCongestion checks it on the kernel).
 //   - Replies as the kernel sends them: multi-part dumps in several
 //     datagrams, DONE on its own, errors of dumps in DONE, NLMSG_ERROR
 //     echoing the request with the extended-ack message.

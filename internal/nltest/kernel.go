@@ -351,7 +351,7 @@ func (k *Kernel) ClearFaults() {
 	clear(k.dumpIntr)
 	for c := range k.conns {
 		c.sock.mu.Lock()
-		c.sock.overrun = false
+		c.sock.overrun, c.sock.congested = false, false
 		c.sock.mu.Unlock()
 	}
 }
