@@ -24,6 +24,9 @@ type Conn interface {
 	ReceiveDatagram(b []byte) ([]byte, error)
 	// SetReadDeadline unblocks a pending receive.
 	SetReadDeadline(t time.Time) error
+	// PID is the socket's netlink port ID: replies to its own requests
+	// carry it.
+	PID() uint32
 	Close() error
 }
 

@@ -10,6 +10,8 @@
 // event. Read gives a consistent View for a reconcile pass without copying
 // the cache; Notify carries a coalesced generation number after each change;
 // Subscribe delivers every change as an Event, for tools that print them.
+// Barrier waits until the cache holds every change the kernel made before
+// the call, such as the caller's own.
 //
 // The cache never silently diverges from the kernel: a receive buffer
 // overflow (ENOBUFS) or an undecodable message causes a full re-dump that is
@@ -42,8 +44,8 @@
 // what is gone succeed; rules are added with NLM_F_EXCL and deleted with
 // their full key, because the kernel ignores NLM_F_REPLACE for rules).
 // A Reconciler runs the whole loop for a policy: plan on every change,
-// apply, log each change with Op.Describe, wait until the cache shows its
-// own changes before planning again, retry with backoff, resync
+// apply, log each change with Op.Describe, wait (Barrier) until the cache
+// holds its own changes before planning again, retry with backoff, resync
 // periodically. The package Example shows a policy in a few lines.
 //
 // # Concurrency

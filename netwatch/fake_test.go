@@ -915,3 +915,35 @@ func nltestHostOnly(t *testing.T) *nltest.Kernel {
 	k, _ := fakeHost(t)
 	return k
 }
+
+// TestFakeBarrier: Barrier returns with the cache holding what came
+// before it, and ErrNotRunning without a session.
+func TestFakeBarrier(t *testing.T) {
+	k, eth := fakeHost(t)
+	ctx := context.Background()
+	if err := New(Options{Dialer: &fakeDialer{k: k}}).Barrier(ctx); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("Barrier before Run: %v, want ErrNotRunning", err)
+	}
+	w, _ := startFake(t, k, Options{})
+	waitFake(t, w, k, "initial sync")
+	for i := range 100 {
+		r := nltest.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 6, byte(i), 0}), 24), Index: eth, Scope: unix.RT_SCOPE_LINK}
+		if err := k.AddRoute(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	w.Read(func(v View) {
+		for r := range v.Routes(IPv4, 900) {
+			if r.Dst.Addr().As4()[1] == 6 {
+				n++
+			}
+		}
+	})
+	if n != 100 {
+		t.Fatalf("%d of the 100 new routes in the cache right after Barrier", n)
+	}
+}

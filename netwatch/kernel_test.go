@@ -1767,3 +1767,48 @@ func TestKernelLargeTableChurn(t *testing.T) {
 		}
 	})
 }
+
+// TestKernelBarrier: right after Barrier the cache holds what the kernel
+// acknowledged before the call — routes added and deleted by the
+// thousand, and the IPv4 routes a link loses, silently, when it goes down.
+func TestKernelBarrier(t *testing.T) {
+	ns := newTestNS(t)
+	index, gw := underlay(t, ns)
+	w := startWatcher(t, Options{Dialer: ns.dialer()})
+	waitSynced(t, w, 5*time.Second)
+	ctx := context.Background()
+	count := func() (n int) {
+		w.Read(func(v View) {
+			for range v.Routes(IPv4, 100) {
+				n++
+			}
+		})
+		return n
+	}
+	rw := dialRouteWriter(t, ns)
+	for round := range 10 {
+		rs := gwRoutes(100, round*2000, 2000, gw, index)
+		rw.add(t, rs)
+		if err := w.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(); n != 2000 {
+			t.Fatalf("round %d: %d routes in table 100 right after Barrier, want 2000", round, n)
+		}
+		rw.del(t, rs)
+		if err := w.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(); n != 0 {
+			t.Fatalf("round %d: %d routes in table 100 right after Barrier, want 0", round, n)
+		}
+	}
+	rw.add(t, gwRoutes(100, 0, 2000, gw, index))
+	ns.ip(t, "link", "set", "u0", "down")
+	if err := w.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d routes in table 100 right after Barrier, want none: their link went down", n)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -51,7 +50,7 @@ type Reconciler struct {
 	Backoff func() backoff.BackOff
 }
 
-// settleTimeout bounds the wait for the cache to show what a pass applied.
+// settleTimeout bounds the wait for the cache to hold what a pass applied.
 const settleTimeout = time.Second
 
 // errIncomplete is Run's error when a required field is missing.
@@ -89,7 +88,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	for {
 		applied, err := r.pass(log)
 		if len(applied) > 0 {
-			r.settle(ctx, applied)
+			r.settle(ctx)
 		}
 		switch {
 		case err != nil:
@@ -97,7 +96,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			log.Warn("netwatch: reconcile pass failed; retrying", "err", err, "in", d)
 			retry.Reset(d)
 		case len(applied) > 0:
-			continue // settle took the notifications: look again now
+			continue // look again now, at a view with the changes
 		default:
 			bo.Reset()
 		}
@@ -162,32 +161,11 @@ func (r *Reconciler) pass(log *slog.Logger) ([]Op, error) {
 	return applied, err
 }
 
-// settle waits until the cache shows the operations a pass applied, or
-// settleTimeout. The kernel queues the events of our own changes on the
-// watcher's socket before Apply returns, but the watcher may notify for an
-// event queued ahead of them first: a pass planned from that view would
-// make, and log, the same changes again. If someone undoes a change before
-// the cache ever shows it, the wait times out and the next pass redoes it.
-func (r *Reconciler) settle(ctx context.Context, applied []Op) {
-	timeout := time.NewTimer(settleTimeout)
-	defer timeout.Stop()
-	for r.inFlight(applied) {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timeout.C:
-			return
-		case <-r.Watcher.Notify():
-		}
-	}
-}
-
-// inFlight reports whether a plan made now would repeat one of applied.
-func (r *Reconciler) inFlight(applied []Op) bool {
-	ops, _, _ := r.plan(nil)
-	return slices.ContainsFunc(ops, func(op Op) bool {
-		return slices.ContainsFunc(applied, func(a Op) bool {
-			return op.Kind == a.Kind && op.Route.Equal(a.Route) && op.Rule.Equal(a.Rule)
-		})
-	})
+// settle waits, at most settleTimeout, until the cache holds the changes a
+// pass applied (Barrier): a pass planned from a view that lags behind them
+// would make, and log, the same changes again.
+func (r *Reconciler) settle(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	r.Watcher.Barrier(ctx) // on failure the next pass sees what it sees
 }

@@ -113,7 +113,9 @@ type Watcher struct {
 
 	resyncReq atomic.Bool
 	kickMu    sync.Mutex
-	kick      Conn // the multicast conn to interrupt, while a session runs
+	kick      Conn   // the multicast conn to interrupt, while a session runs
+	kickGen   uint64 // counts the changes of kick
+	bar       barriers
 
 	statMu sync.Mutex
 	stats  Stats
@@ -206,6 +208,14 @@ func (w *Watcher) interrupt() {
 	}
 }
 
+// setKick records the session's multicast conn, nil when it ends.
+func (w *Watcher) setKick(mc Conn) {
+	w.kickMu.Lock()
+	defer w.kickMu.Unlock()
+	w.kick = mc
+	w.kickGen++
+}
+
 // ErrRunning is returned by a second concurrent Run.
 var ErrRunning = errors.New("netwatch: watcher already running")
 
@@ -217,6 +227,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer w.running.Store(false)
+	defer w.bar.releaseOlder(^uint64(0), ErrNotRunning)
 
 	stop := context.AfterFunc(ctx, w.interrupt)
 	defer stop()
@@ -268,14 +279,8 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 	}
 	defer rc.Close()
 
-	w.kickMu.Lock()
-	w.kick = mc
-	w.kickMu.Unlock()
-	defer func() {
-		w.kickMu.Lock()
-		w.kick = nil
-		w.kickMu.Unlock()
-	}()
+	w.setKick(mc)
+	defer w.setKick(nil)
 	stopRC := context.AfterFunc(ctx, func() { rc.SetReadDeadline(time.Unix(1, 0)) })
 	defer stopRC()
 	if ctx.Err() != nil {
@@ -289,15 +294,32 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 	}
 	bo.Reset()
 
-	var batch []Event
+	var (
+		batch   []Event
+		replies []uint32 // to Barrier calls, read in this round
+	)
+	// doneRound ends the Barrier calls whose replies came in this round,
+	// once what came before them is in the cache.
+	doneRound := func() {
+		if len(replies) > 0 {
+			w.bar.release(replies)
+			replies = replies[:0]
+		}
+	}
 	for {
 		var redump redumps
 		var recvErr error
 		batch = batch[:0]
+		pid := mc.PID()
 		for m, err := range mc.ReceiveIter() {
 			if err != nil {
 				recvErr = err
 				break
+			}
+			if m.Header.PID == pid {
+				// A reply to our own request: a Barrier's.
+				replies = append(replies, m.Header.Sequence)
+				continue
 			}
 			if m.Header.Type == unix.RTM_DELNEXTHOP {
 				// The kernel flushes the IPv4 routes that used the
@@ -350,15 +372,14 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 			}
 			mc.Close()
 			mc = next
-			w.kickMu.Lock()
-			w.kick = mc
-			w.kickMu.Unlock()
+			w.setKick(mc)
 			if ctx.Err() != nil {
 				return nil
 			}
 			if err := w.fullSync(rc, ResyncOverflow); err != nil {
 				return err
 			}
+			doneRound()
 			continue
 		default:
 			return fmt.Errorf("netwatch: receive events: %w", recvErr)
@@ -367,6 +388,7 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 			if err := w.fullSync(rc, ResyncRequested); err != nil {
 				return err
 			}
+			doneRound()
 			continue
 		}
 		if redump[0] || redump[1] {
@@ -379,6 +401,7 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 				return err
 			}
 		}
+		doneRound()
 	}
 }
 
@@ -453,6 +476,11 @@ func (w *Watcher) fullSync(rc Conn, cause ResyncCause) error {
 	w.st = next
 	w.signal(next.gen)
 	w.mu.Unlock()
+	// The dump started after any Barrier sent on an earlier socket.
+	w.kickMu.Lock()
+	gen := w.kickGen
+	w.kickMu.Unlock()
+	w.bar.releaseOlder(gen, nil)
 
 	w.statMu.Lock()
 	w.stats.Resyncs[cause]++
