@@ -112,7 +112,7 @@ func TestKernelUplinkPin(t *testing.T) {
 }
 
 // TestKernelSignal builds uplinkpin, runs it in a namespace and checks that
-// SIGTERM ends it with status 0, leaving its routes in place.
+// SIGINT ends it with status 0, leaving its routes in place.
 func TestKernelSignal(t *testing.T) {
 	ns := nltest.NewNetNS(t)
 	bin := nltest.BuildProgram(t, "uplinkpin")

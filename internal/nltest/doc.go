@@ -91,5 +91,9 @@
 // namespaces, no ip(8)); MARKSPLIT_KERNEL_TESTS=1 turns the skip into a
 // failure. NewNetNS gives a test a fresh namespace (dial into it with
 // netlink.Config{NetNS: ns.FD()}, inspect it with ns.IP and ns.IPJSON) and
-// removes it when the test ends.
+// removes it when the test ends. For programs built on netwatch,
+// ns.StartProgram runs one in the namespace for the length of a test,
+// ns.WaitRoute and ns.WaitOwned wait for `ip route get` and the owned
+// table and priority to show what the test expects, and BuildProgram with
+// ns.StartBinary runs the built binary to check its signal handling.
 package nltest
