@@ -375,16 +375,21 @@ func TestFakeOverflow(t *testing.T) {
 // old socket's congestion.
 func TestFakeOverflowCongested(t *testing.T) {
 	k, eth := fakeHost(t)
+	victim := nltest.Route{Table: 900, Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}
+	if err := k.AddRoute(victim); err != nil {
+		t.Fatal(err)
+	}
 	w, d := startFake(t, k, Options{ReadBuffer: 4096})
 	waitFake(t, w, k, "initial sync")
-	victim := netip.MustParsePrefix("10.5.7.0/24")
 	del := func() {
-		if err := k.DelRoute(nltest.Route{Table: 900, Dst: victim}); err != nil {
+		if err := k.DelRoute(victim); err != nil {
 			t.Error(err)
 		}
 	}
-	// Hold the cache's lock, as TestFakeOverflow, so that the events
-	// overflow the socket; the resync's route dump then deletes a route.
+	// The next route dump, the resync's, deletes the victim after
+	// listing it. Then hold the cache's lock, as TestFakeOverflow, so
+	// that the events overflow the socket.
+	d.onRouteDump.Store(&del)
 	w.Read(func(View) {
 		for i := range 200 {
 			r := nltest.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 5, byte(i), 0}), 24), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}
@@ -392,7 +397,6 @@ func TestFakeOverflowCongested(t *testing.T) {
 				t.Error(err)
 			}
 		}
-		d.onRouteDump.Store(&del)
 	})
 	waitStats(t, w, "overflow resync", func(s Stats) bool { return s.Resyncs[ResyncOverflow] >= 1 })
 	if d.onRouteDump.Load() != nil {

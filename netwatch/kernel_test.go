@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -1670,6 +1671,15 @@ func TestKernelDumpOrder(t *testing.T) {
 		cmds = append(cmds, fmt.Sprintf("-6 route add %v%s via fd00:200::2 table %s%s", p, from, table, metric))
 	}
 	ns.batch(t, cmds) // some fail (a key taken): fine
+	// Duplicate address detection ends with a route in the local table,
+	// an event that may sort anywhere: let it end before the dump.
+	deadline := time.Now().Add(10 * time.Second)
+	for ns.ip(t, "-6", "addr", "show", "tentative") != "" {
+		if time.Now().After(deadline) {
+			t.Fatal("IPv6 addresses still tentative after 10 s")
+		}
+		runtime.Gosched()
+	}
 	w := startWatcher(t, Options{Dialer: ns.dialer()})
 	want := waitConverged(t, w, ns, 10*time.Second, "after the dump")
 	if len(want.Routes) < 1000 {
