@@ -216,26 +216,9 @@ func (s *seed) command(t *testing.T, args ...string) (stdout, stderr string, cod
 // agentProc is `marksplit run` in the background.
 type agentProc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *nltest.SyncBuffer
 	done chan struct{}
 	err  error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // start runs `marksplit run ARGS --log-format=json` in the node namespace;
@@ -243,7 +226,7 @@ func (b *syncBuffer) String() string {
 func (s *seed) start(t testing.TB, args ...string) *agentProc {
 	t.Helper()
 	args = append(append([]string{"--net=" + s.ns.Path(), agentBinary(t), "run"}, args...), "--log-format=json")
-	a := &agentProc{cmd: exec.Command("nsenter", args...), out: new(syncBuffer), done: make(chan struct{})}
+	a := &agentProc{cmd: exec.Command("nsenter", args...), out: new(nltest.SyncBuffer), done: make(chan struct{})}
 	a.cmd.Stdout, a.cmd.Stderr = a.out, a.out
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
