@@ -179,10 +179,14 @@ func (k *Kernel) DelLink(index uint32) error {
 // AddAddr adds an address to a link ("ip addr add PREFIX dev LINK"):
 // scope global for IPv4, derived from the address for IPv6.
 func (k *Kernel) AddAddr(index uint32, prefix netip.Prefix) error {
+	return k.addAddr(index, prefix, nil)
+}
+
+func (k *Kernel) addAddr(index uint32, prefix netip.Prefix, o *origin) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	a := Addr{Index: index, Prefix: prefix}
-	return k.newAddr(a, netlink.Create|netlink.Excl, nil).err("add address " + prefix.String())
+	return k.newAddr(a, netlink.Create|netlink.Excl, o).err("add address " + prefix.String())
 }
 
 // DelAddr removes an address from a link. Removing an IPv4 address also
@@ -190,31 +194,39 @@ func (k *Kernel) AddAddr(index uint32, prefix netip.Prefix) error {
 // (with events) and, when it was the link's last IPv4 address, every IPv4
 // route through the link (without events).
 func (k *Kernel) DelAddr(index uint32, prefix netip.Prefix) error {
+	return k.removeAddrBy(index, prefix, nil)
+}
+
+func (k *Kernel) removeAddrBy(index uint32, prefix netip.Prefix, o *origin) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	f := addrFilter{family: familyOf(prefix.Addr()), index: index, local: prefix.Addr(), prefix: prefix}
-	return k.delAddr(f, nil).err("delete address " + prefix.String())
+	return k.delAddr(f, o).err("delete address " + prefix.String())
 }
 
 // AddRoute adds a route, failing with EEXIST when one with its key (table,
 // destination, TOS, metric) exists ("ip route add").
 func (k *Kernel) AddRoute(r Route) error {
+	return k.setRoute(r, netlink.Create|netlink.Excl, nil).err("add route " + r.String())
+}
+
+func (k *Kernel) setRoute(r Route, flags netlink.HeaderFlags, o *origin) *kerr {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.newRoute(goRoute(r), netlink.Create|netlink.Excl, nil).err("add route " + r.String())
+	return k.newRoute(goRoute(r), flags, o)
 }
 
 // ReplaceRoute adds a route or replaces the one with its key ("ip route
 // replace").
 func (k *Kernel) ReplaceRoute(r Route) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.newRoute(goRoute(r), netlink.Create|netlink.Replace, nil).err("replace route " + r.String())
+	return k.setRoute(r, netlink.Create|netlink.Replace, nil).err("replace route " + r.String())
 }
 
 // DelRoute deletes the route with r's key (table, destination, TOS,
 // metric), failing with ESRCH when there is none.
-func (k *Kernel) DelRoute(r Route) error {
+func (k *Kernel) DelRoute(r Route) error { return k.unsetRoute(r, nil) }
+
+func (k *Kernel) unsetRoute(r Route, o *origin) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	r = goRoute(r)
@@ -222,7 +234,7 @@ func (k *Kernel) DelRoute(r Route) error {
 	if _, ok := k.routes[key]; !ok {
 		return fail(unix.ESRCH, "").err("delete route " + r.String())
 	}
-	k.removeRoute(key, true, nil)
+	k.removeRoute(key, true, o)
 	return nil
 }
 
@@ -237,23 +249,27 @@ func goRoute(r Route) Route {
 // AddRule adds a rule at r.Priority (always given, 0 included), failing
 // with EEXIST when an identical rule exists ("ip rule add"). Action 0
 // means FR_ACT_TO_TBL.
-func (k *Kernel) AddRule(r Rule) error {
+func (k *Kernel) AddRule(r Rule) error { return k.addRule(r, nil) }
+
+func (k *Kernel) addRule(r Rule, o *origin) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if r.Action == 0 {
 		r.Action = unix.FR_ACT_TO_TBL
 	}
-	return k.newRule(ruleReq{Rule: r, hasPrio: true}, netlink.Create|netlink.Excl, nil).err("add rule " + r.String())
+	return k.newRule(ruleReq{Rule: r, hasPrio: true}, netlink.Create|netlink.Excl, o).err("add rule " + r.String())
 }
 
 // DelRule deletes the first rule of r.Family at r.Priority that matches
 // every other non-zero field of r, as the kernel's delete does (Invert is
 // not compared, and a Mark without a Mask matches only mask 0xffffffff).
 // It fails with ENOENT when none matches.
-func (k *Kernel) DelRule(r Rule) error {
+func (k *Kernel) DelRule(r Rule) error { return k.removeRule(r, nil) }
+
+func (k *Kernel) removeRule(r Rule, o *origin) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.delRule(ruleReq{Rule: r, hasPrio: true}, nil).err("delete rule " + r.String())
+	return k.delRule(ruleReq{Rule: r, hasPrio: true}, o).err("delete rule " + r.String())
 }
 
 // Links returns the links by index.
