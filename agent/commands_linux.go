@@ -95,13 +95,12 @@ func (g *group) wait(d time.Duration) bool {
 
 // modeSource reports the encryption mode: static, or from the CiliumNode.
 type modeSource struct {
-	static mtupolicy.Mode      // with on or off
-	src    *ciliumnode.Source  // with auto
-	modes  chan mtupolicy.Mode // the latest mode not yet taken
+	static mtupolicy.Mode     // with on or off
+	src    *ciliumnode.Source // with auto
 }
 
 func newModeSource(o options, log *slog.Logger) (*modeSource, error) {
-	m := &modeSource{modes: make(chan mtupolicy.Mode, 1)}
+	m := &modeSource{}
 	switch o.encryption {
 	case encOn:
 		m.static = mtupolicy.ModeOn
@@ -126,27 +125,18 @@ func newModeSource(o options, log *slog.Logger) (*modeSource, error) {
 	return m, nil
 }
 
-// report offers the latest mode to the loop; older untaken ones go.
-func (m *modeSource) report(mode mtupolicy.Mode) {
-	select {
-	case <-m.modes:
-	default:
-	}
-	m.modes <- mode
-}
-
-// run reports modes until ctx ends.
-func (m *modeSource) run(ctx context.Context) {
+// run reports modes to report until ctx ends.
+func (m *modeSource) run(ctx context.Context, report func(mtupolicy.Mode)) {
 	if m.src == nil {
-		m.report(m.static)
+		report(m.static)
 		return
 	}
 	m.src.Run(ctx, func(cm ciliumnode.Mode) {
 		switch cm {
 		case ciliumnode.Encrypting:
-			m.report(mtupolicy.ModeOn)
+			report(mtupolicy.ModeOn)
 		case ciliumnode.NotEncrypting:
-			m.report(mtupolicy.ModeOff)
+			report(mtupolicy.ModeOff)
 		}
 	})
 }
@@ -160,6 +150,11 @@ func newWatcher(o options, log *slog.Logger) *netwatch.Watcher {
 
 // runAgent is `marksplit run`.
 func runAgent(ctx context.Context, o options, log *slog.Logger) error {
+	release, err := lockTable(o.policy.Table)
+	if err != nil {
+		return err
+	}
+	defer release()
 	modes, err := newModeSource(o, log)
 	if err != nil {
 		return err
@@ -176,8 +171,8 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		}
 	}
 	w := newWatcher(o, log)
-	met := newMetrics(w, modes.src, snmpPath)
-	r := newReconciler(w, ap, policyDesire(o.policy), log, func(line string) { log.Info(line) }, met)
+	met := newMetrics(w, o.policy, modes.src, snmpPath)
+	l := newLoop(w, ap, o.policy, false, log, func(line string) { log.Info(line) }, met)
 
 	log.Info("marksplit "+version+" running", "tunnel_link", o.policy.TunnelLink,
 		"table", uint32(o.policy.Table), "priority", o.policy.Priority, "encryption", o.encryption)
@@ -191,7 +186,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		defer watching.Store(false)
 		w.Run(ctx)
 	})
-	g.Go(func() { modes.run(ctx) })
+	g.Go(func() { modes.run(ctx, l.setMode) })
 	if ln != nil {
 		healthy := func() error {
 			switch {
@@ -203,14 +198,14 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 			return nil
 		}
 		ready := func() error {
-			if !r.converged.Load() {
-				return errors.New("no converged pass yet (encryption mode unknown, or the last pass failed or is damped; see the log)")
+			if !l.r.Converged() {
+				return errors.New("no converged pass yet (encryption mode unknown, or the last pass failed or waits for a rate-limited repair; see the log)")
 			}
 			return nil
 		}
 		g.Go(func() { serveHTTP(ctx, ln, met, healthy, ready, log) })
 	}
-	r.run(ctx, modes.modes)
+	l.r.Run(ctx)
 	cancel()
 	if !g.wait(stopTimeout) {
 		log.Warn("stopping without waiting any longer for the watcher, the CiliumNode reader or the metrics server")
@@ -219,18 +214,18 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	return nil
 }
 
-// oneShot is the setup once, cleanup and plan share: a synced watcher
-// and, when the command needs it, a known mode.
+// oneShot is the setup once, cleanup, plan and verify share: a synced
+// watcher and, when the command needs it, a known mode.
 type oneShot struct {
 	w      *netwatch.Watcher
-	r      *reconciler
+	l      *loop
 	cancel context.CancelFunc
 	g      group
 }
 
-func startOneShot(ctx context.Context, o options, ap applier, desire desireFunc, emit func(string), log *slog.Logger) (*oneShot, error) {
+func startOneShot(ctx context.Context, o options, ap *netwatch.Applier, emit func(string), log *slog.Logger) (*oneShot, error) {
 	s := &oneShot{w: newWatcher(o, log)}
-	s.r = newReconciler(s.w, ap, desire, log, emit, nil)
+	s.l = newLoop(s.w, ap, o.policy, o.cmd == cmdCleanup, log, emit, nil)
 	var modes *modeSource
 	if o.usesMode() {
 		var err error
@@ -240,16 +235,38 @@ func startOneShot(ctx context.Context, o options, ap applier, desire desireFunc,
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.g.Go(func() { s.w.Run(ctx) })
-	var ch chan mtupolicy.Mode
+	known := make(chan struct{})
 	if modes != nil {
-		s.g.Go(func() { modes.run(ctx) })
-		ch = modes.modes
+		var once sync.Once
+		s.g.Go(func() {
+			modes.run(ctx, func(m mtupolicy.Mode) {
+				s.l.setMode(m)
+				once.Do(func() { close(known) })
+			})
+		})
+	} else {
+		close(known)
 	}
-	if err := s.r.waitReady(ctx, ch, modes != nil, readyTimeout); err != nil {
+	if err := s.waitReady(ctx, known, readyTimeout); err != nil {
 		s.stop()
 		return nil, err
 	}
 	return s, nil
+}
+
+// waitReady waits until the watcher is synced and the mode known.
+func (s *oneShot) waitReady(ctx context.Context, known <-chan struct{}, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := s.w.WaitSynced(ctx); err != nil {
+		return fmt.Errorf("the rtnetlink cache did not sync within %s", timeout)
+	}
+	select {
+	case <-known:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("no encryption mode within %s (the CiliumNode was not read; see the log)", timeout)
+	}
 }
 
 func (s *oneShot) stop() {
@@ -257,38 +274,60 @@ func (s *oneShot) stop() {
 	s.g.wait(stopTimeout)
 }
 
-// runOnce is `marksplit once` and `marksplit cleanup`: one pass, each
-// change printed, then wait until the cache shows it converged.
+// runOnce is `marksplit once` and `marksplit cleanup`: passes until one
+// finds nothing to do, each change printed.
 func runOnce(ctx context.Context, o options, stdout io.Writer, log *slog.Logger) error {
+	release, err := lockTable(o.policy.Table)
+	if err != nil {
+		if o.cmd == cmdCleanup {
+			return fmt.Errorf("%w; it would put back at once what cleanup removes: stop it first (docs/operations.md, \"Uninstall\": kubectl set env daemonset/marksplit -n kube-system MARKSPLIT_ENCRYPTION=off makes every agent remove its own)", err)
+		}
+		return err
+	}
+	defer release()
 	ap, err := netwatch.DialApplier(netwatch.KernelDialer{})
 	if err != nil {
 		return err
 	}
 	defer ap.Close()
-	desire := policyDesire(o.policy)
-	if o.cmd == cmdCleanup {
-		desire = cleanupDesire(o.policy)
-	}
-	s, err := startOneShot(ctx, o, ap, desire, func(line string) { fmt.Fprintln(stdout, line) }, log)
+	s, err := startOneShot(ctx, o, ap, func(line string) { fmt.Fprintln(stdout, line) }, log)
 	if err != nil {
 		return err
 	}
 	defer s.stop()
-	return s.r.once(ctx, convergeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, convergeTimeout)
+	defer cancel()
+	return s.l.r.Once(ctx)
 }
 
 // runPlan is `marksplit plan`: the operations, one per line, kind first.
 func runPlan(ctx context.Context, o options, stdout io.Writer, log *slog.Logger) error {
-	s, err := startOneShot(ctx, o, nil, policyDesire(o.policy), func(string) {}, log)
+	s, err := startOneShot(ctx, o, nil, func(string) {}, log)
 	if err != nil {
 		return err
 	}
 	defer s.stop()
-	ops, lines, planned, err := s.r.plan()
+	var (
+		ops   []netwatch.Op
+		lines []string
+		ok    bool
+	)
+	s.w.Read(func(v netwatch.View) {
+		var d netwatch.Desired
+		if d, ok = s.l.policy(v); !ok {
+			return
+		}
+		if ops, err = netwatch.Plan(v, d); err != nil {
+			return
+		}
+		for _, op := range ops {
+			lines = append(lines, op.Describe(v.Link))
+		}
+	})
 	switch {
 	case err != nil:
 		return err
-	case !planned:
+	case !ok:
 		return errNoPlan
 	}
 	for i, op := range ops {
@@ -296,6 +335,9 @@ func runPlan(ctx context.Context, o options, stdout io.Writer, log *slog.Logger)
 	}
 	return nil
 }
+
+// errNoPlan is the error of plan when the policy cannot tell.
+var errNoPlan = errors.New("nothing planned: the policy cannot tell yet")
 
 // errVerify is the error of a verify whose answers show no split.
 var errVerify = errors.New("the split is not in place")
@@ -308,7 +350,7 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 		return err
 	}
 	defer ap.Close()
-	s, err := startOneShot(ctx, o, nil, policyDesire(o.policy), func(string) {}, log)
+	s, err := startOneShot(ctx, o, nil, func(string) {}, log)
 	if err != nil {
 		return err
 	}

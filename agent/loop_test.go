@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -14,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/google/go-cmp/cmp"
 	"github.com/marksplit/marksplit/internal/nltest"
 	"github.com/marksplit/marksplit/mtupolicy"
@@ -63,38 +63,43 @@ var seedLines = []string{
 
 var splitRule = nltest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 109}
 
-// harness runs a reconciler on a fake kernel and records what it says.
+// harness runs the agent's loop on a fake kernel and records what it says.
 type harness struct {
 	t      *testing.T
 	k      *nltest.Kernel
-	r      *reconciler
+	l      *loop
 	w      *netwatch.Watcher
 	met    *metrics
-	modes  chan mtupolicy.Mode
-	passes chan passResult
+	passes chan netwatch.Pass
 
 	mu    sync.Mutex
 	lines []string
 	logs  bytes.Buffer
 }
 
-func newHarness(t *testing.T, k *nltest.Kernel) *harness {
-	t.Helper()
+func newHarness(t *testing.T, k *nltest.Kernel) *harness { return newHarnessCfg(t, k, seedConfig()) }
+
+func seedConfig() mtupolicy.Config {
 	cfg := mtupolicy.DefaultConfig()
 	cfg.Prefixes = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}
-	h := &harness{t: t, k: k, modes: make(chan mtupolicy.Mode, 1), passes: make(chan passResult, 1000)}
+	return cfg
+}
+
+func newHarnessCfg(t *testing.T, k *nltest.Kernel, cfg mtupolicy.Config) *harness {
+	t.Helper()
+	h := &harness{t: t, k: k, passes: make(chan netwatch.Pass, 1000)}
 	log := slog.New(slog.NewTextHandler(lockedWriter{&h.mu, &h.logs}, nil))
 	h.w = netwatch.New(netwatch.Options{Dialer: fakeDialer{k}, RouteTables: []netwatch.Table{netwatch.TableMain, cfg.Table}, Logger: log})
 	ap, err := netwatch.DialApplier(fakeDialer{k})
 	must(t, err)
 	t.Cleanup(func() { ap.Close() })
-	h.met = newMetrics(h.w, nil, snmpPath)
-	h.r = newReconciler(h.w, ap, policyDesire(cfg), log, func(line string) {
+	h.met = newMetrics(h.w, cfg, nil, snmpPath)
+	h.l = newLoop(h.w, ap, cfg, false, log, func(line string) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.lines = append(h.lines, line)
 	}, h.met)
-	h.r.onPass = func(res passResult) { h.passes <- res }
+	h.l.onPass = func(p netwatch.Pass) { h.passes <- p }
 	return h
 }
 
@@ -114,7 +119,7 @@ func (h *harness) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { h.w.Run(ctx) })
-	wg.Go(func() { h.r.run(ctx, h.modes) })
+	wg.Go(func() { h.l.r.Run(ctx) })
 	h.t.Cleanup(func() { cancel(); wg.Wait() })
 }
 
@@ -134,15 +139,15 @@ func (h *harness) log() string {
 }
 
 // waitPass waits for a pass that satisfies ok.
-func (h *harness) waitPass(what string, ok func(passResult) bool) passResult {
+func (h *harness) waitPass(what string, ok func(netwatch.Pass) bool) netwatch.Pass {
 	h.t.Helper()
 	deadline := time.NewTimer(5 * time.Second)
 	defer deadline.Stop()
 	for {
 		select {
-		case res := <-h.passes:
-			if ok(res) {
-				return res
+		case p := <-h.passes:
+			if ok(p) {
+				return p
 			}
 		case <-deadline.C:
 			h.t.Fatalf("no pass %s within 5s; lines %q; log:\n%s", what, h.takeLines(), h.log())
@@ -150,8 +155,12 @@ func (h *harness) waitPass(what string, ok func(passResult) bool) passResult {
 	}
 }
 
-func converged(res passResult) bool {
-	return res.planned && res.err == nil && res.ops == 0
+func converged(p netwatch.Pass) bool {
+	return p.Planned && p.Err == nil && len(p.Applied)+len(p.Already)+p.Deferred == 0
+}
+
+func applied(n int) func(netwatch.Pass) bool {
+	return func(p netwatch.Pass) bool { return len(p.Applied) == n }
 }
 
 // waitConverged waits for a pass that finds nothing to do.
@@ -194,9 +203,9 @@ func TestLoopSeedConvergesQuietly(t *testing.T) {
 	k, _, _ := seedKernel(t)
 	h := newHarness(t, k)
 	h.start()
-	h.modes <- mtupolicy.ModeOn
-	res := h.waitPass("that changes something", func(r passResult) bool { return r.applied > 0 })
-	if res.applied != 4 || res.err != nil {
+	h.l.setMode(mtupolicy.ModeOn)
+	res := h.waitPass("that changes something", func(p netwatch.Pass) bool { return len(p.Applied) > 0 })
+	if len(res.Applied) != 4 || res.Err != nil {
 		t.Fatalf("first pass: %+v, want 4 changes", res)
 	}
 	if diff := cmp.Diff(seedLines, h.takeLines()); diff != "" {
@@ -204,8 +213,14 @@ func TestLoopSeedConvergesQuietly(t *testing.T) {
 	}
 	must(t, h.split())
 	h.waitConverged()
-	if !h.r.converged.Load() {
+	if !h.l.r.Converged() {
 		t.Error("not converged after a pass with nothing to do")
+	}
+	if got := metricValue(t, h.met, "marksplit_ready", ""); got != 1 {
+		t.Errorf("marksplit_ready = %v, want 1", got)
+	}
+	if got := metricValue(t, h.met, "marksplit_split_active", ""); got != 1 {
+		t.Errorf("marksplit_split_active = %v, want 1", got)
 	}
 
 	k.AddLink("eth9", "veth", 1500, true)
@@ -226,19 +241,19 @@ func TestLoopUnknownModeEditsNothing(t *testing.T) {
 	k, _, _ := seedKernel(t)
 	h := newHarness(t, k)
 	h.start()
-	res := h.waitPass("after the sync", func(passResult) bool { return true })
-	if res.planned {
+	res := h.waitPass("after the sync", func(p netwatch.Pass) bool { return h.w.Synced() })
+	if res.Planned {
 		t.Fatalf("pass with mode unknown planned: %+v", res)
 	}
 	k.AddLink("eth9", "veth", 1500, true)
-	h.waitPass("after a change", func(passResult) bool { return true })
+	h.waitPass("after a change", func(netwatch.Pass) bool { return true })
 	for _, req := range k.Requests() {
 		switch req.Type {
 		case unix.RTM_NEWROUTE, unix.RTM_DELROUTE, unix.RTM_NEWRULE, unix.RTM_DELRULE:
 			t.Errorf("request %d sent with the mode unknown", req.Type)
 		}
 	}
-	if h.r.converged.Load() {
+	if h.l.r.Converged() {
 		t.Error("ready with the mode unknown")
 	}
 }
@@ -249,12 +264,12 @@ func TestLoopRestoresAndTurnsOff(t *testing.T) {
 	k, _, wg := seedKernel(t)
 	h := newHarness(t, k)
 	h.start()
-	h.modes <- mtupolicy.ModeOn
+	h.l.setMode(mtupolicy.ModeOn)
 	h.waitConverged()
 	h.takeLines()
 
 	must(t, k.DelRule(splitRule))
-	h.waitPass("that restores the rule", func(r passResult) bool { return r.applied == 1 })
+	h.waitPass("that restores the rule", applied(1))
 	if diff := cmp.Diff([]string{"rule 900: not fwmark 0xe00/0xf00 lookup 900"}, h.takeLines()); diff != "" {
 		t.Errorf("lines (-want +got):\n%s", diff)
 	}
@@ -262,7 +277,7 @@ func TestLoopRestoresAndTurnsOff(t *testing.T) {
 
 	// The tunnel MTU changes: the table follows.
 	must(t, k.SetLinkMTU(wg, 1420))
-	h.waitPass("that follows the MTU", func(r passResult) bool { return r.applied == 2 })
+	h.waitPass("that follows the MTU", applied(2))
 	want := []string{
 		"table 900: 10.0.0.1/32 dev enp7s0 scope link src 10.0.0.5 mtu 1420 (was 1355)",
 		"table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1420 (was 1355)",
@@ -271,8 +286,8 @@ func TestLoopRestoresAndTurnsOff(t *testing.T) {
 		t.Errorf("lines (-want +got):\n%s", diff)
 	}
 
-	h.modes <- mtupolicy.ModeOff
-	h.waitPass("that removes the split", func(r passResult) bool { return r.applied == 3 })
+	h.l.setMode(mtupolicy.ModeOff)
+	h.waitPass("that removes the split", applied(3))
 	want = []string{
 		"node encryption: no",
 		"rule 900: removed not fwmark 0xe00/0xf00 lookup 900",
@@ -299,68 +314,91 @@ func TestLoopRetriesFailures(t *testing.T) {
 	h := newHarness(t, k)
 	k.FailNext(unix.RTM_NEWRULE, unix.EPERM, 1)
 	h.start()
-	h.modes <- mtupolicy.ModeOn
-	res := h.waitPass("that fails", func(r passResult) bool { return r.err != nil })
-	if res.wake.IsZero() {
-		t.Errorf("a failed pass asks for no retry: %+v", res)
-	}
+	h.l.setMode(mtupolicy.ModeOn)
+	h.waitPass("that fails", func(p netwatch.Pass) bool { return p.Err != nil })
 	h.waitConverged()
 	must(t, h.split())
 	if got := metricValue(t, h.met, "marksplit_failed_operations_total", "rule-add"); got != 1 {
 		t.Errorf("failed rule-adds = %v, want 1", got)
 	}
-	if !strings.Contains(h.log(), `msg="cannot apply rule 900: not fwmark 0xe00/0xf00 lookup 900"`) {
+	if !strings.Contains(h.log(), `msg="netwatch: reconcile pass failed; retrying" err="netwatch: rule-add rule 900: not fwmark 0xe00/0xf00 lookup 900`) {
 		t.Errorf("the failure is not logged:\n%s", h.log())
 	}
 }
 
-// A rule deleted again and again is restored at once Free times, then
-// with back-off, with one warning naming it and a metric.
-func TestLoopFightDamping(t *testing.T) {
+// A program that deletes the rule as fast as it can: the rule is repaired
+// at a bounded rate, one warning names the program, the fight metrics say
+// so while it lasts, and the rule is back once the program stops.
+func TestLoopFight(t *testing.T) {
 	k, _, _ := seedKernel(t)
 	h := newHarness(t, k)
-	cfg := testDampConfig()
-	cfg.BackOff = func() backoff.BackOff { return backoff.NewConstantBackOff(300 * time.Millisecond) }
-	h.r.damp = newDamper(cfg)
 	h.start()
-	h.modes <- mtupolicy.ModeOn
+	h.l.setMode(mtupolicy.ModeOn)
 	h.waitConverged()
-
-	// The pass that split the seed added the rule: each deletion is an
-	// undo of it, and the first Free are repaired at once.
-	for range cfg.Free {
-		must(t, k.DelRule(splitRule))
-		h.waitPass("that restores the rule", func(r passResult) bool { return r.applied == 1 })
-		h.waitConverged()
-	}
-	if strings.Contains(h.log(), "fight") {
-		t.Fatalf("a warning before the fight:\n%s", h.log())
-	}
+	prog, err := k.DialProgram()
+	must(t, err)
+	defer prog.Close()
+	del := nltest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}
 	start := time.Now()
-	must(t, k.DelRule(splitRule))
-	h.waitPass("that damps", func(r passResult) bool { return r.damped == 1 })
-	h.waitPass("that restores the rule", func(r passResult) bool { return r.applied == 1 })
-	if d := time.Since(start); d < 250*time.Millisecond {
-		t.Errorf("the damped repair came after %v, want the 300ms back-off", d)
+	for time.Since(start) < time.Second {
+		if err := prog.DelRule(del); err != nil && !errors.Is(err, unix.ENOENT) {
+			t.Fatal(err)
+		}
+		if v, ok := metricIf(t, h.met, "marksplit_fight_in_progress", "rule 900"); ok && v == 1 {
+			break
+		}
 	}
-	h.waitConverged()
-	warn := fmt.Sprintf(`level=WARN msg="fight: another program keeps undoing \"rule 900: not fwmark 0xe00/0xf00 lookup 900\": undone %d times in `, cfg.Free+1)
-	if got := h.log(); strings.Count(got, "fight:") != 1 || !strings.Contains(got, warn) {
-		t.Errorf("want one warning %q…, log:\n%s", warn, got)
+	if got := metricValue(t, h.met, "marksplit_fight_in_progress", "rule 900"); got != 1 {
+		t.Fatalf("marksplit_fight_in_progress{rule 900} = %v after a second of deletions, want 1; log:\n%s", got, h.log())
 	}
-	if got := metricValue(t, h.met, "marksplit_fights_damped_total", "rule"); got != 1 {
-		t.Errorf("fights damped = %v, want 1", got)
+	// The program stops: the rule is back and the fight ends.
+	if !nltest.Poll(func() bool {
+		return h.rules900() == 1 && metricValue(t, h.met, "marksplit_fight_in_progress", "rule 900") == 0
+	}) {
+		t.Fatalf("after the fight: %d rules at 900, fight in progress %v", h.rules900(), metricValue(t, h.met, "marksplit_fight_in_progress", "rule 900"))
 	}
-	// Every restore logged its line; no duplicates of our own changes.
-	lines := h.takeLines()
-	if n := slices.Index(lines, "rule 900: not fwmark 0xe00/0xf00 lookup 900"); n < 0 ||
-		len(lines)-n != cfg.Free+3 {
-		t.Errorf("lines: %q, want the rule line %d times after the seed", lines, cfg.Free+3)
+	if got := metricValue(t, h.met, "marksplit_fights_total", "rule 900"); got != 1 {
+		t.Errorf("marksplit_fights_total{rule 900} = %v, want 1", got)
+	}
+	warn := `level=WARN msg="fight: rule 900: not fwmark 0xe00/0xf00 lookup 900 undone 3 times in `
+	if got := h.log(); strings.Count(got, "fight:") != 1 || !strings.Contains(got, warn) || !strings.Contains(got, "by netlink port ") {
+		t.Errorf("want one warning %q… by netlink port N, log:\n%s", warn, got)
 	}
 }
 
-// once applies one pass and returns when the cache shows it; a second
-// once changes and prints nothing.
+// The underlay bouncing, its DHCP client adding its route back each time,
+// is the kernel's flush and a creation, never a fight: the split is back
+// after every bounce.
+func TestLoopFlapsAreNoFight(t *testing.T) {
+	k, enp, _ := seedKernel(t)
+	h := newHarness(t, k)
+	h.start()
+	h.l.setMode(mtupolicy.ModeOn)
+	h.waitConverged()
+	dhcp, err := k.DialProgram()
+	must(t, err)
+	defer dhcp.Close()
+	for i := range 10 {
+		must(t, k.SetLinkUp(enp, false))
+		must(t, k.SetLinkUp(enp, true))
+		// The DHCP client puts its routes back, lowered as before.
+		for _, r := range []nltest.Route{
+			{Dst: netip.MustParsePrefix("10.0.0.1/32"), Index: enp, Protocol: unix.RTPROT_DHCP, Scope: unix.RT_SCOPE_LINK, PrefSrc: netip.MustParseAddr("10.0.0.5")},
+			{Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: enp, Protocol: unix.RTPROT_DHCP, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355},
+		} {
+			must(t, dhcp.AddRoute(r))
+		}
+		if !nltest.Poll(func() bool { return h.split() == nil }) {
+			t.Fatalf("bounce %d: not split again: %v", i, h.split())
+		}
+	}
+	if got := h.log(); strings.Contains(got, "fight") {
+		t.Errorf("the bounces were taken for a fight:\n%s", got)
+	}
+}
+
+// once applies what the policy wants and returns when the cache shows it;
+// a second once changes and prints nothing.
 func TestOnceOnFakeKernel(t *testing.T) {
 	k, _, _ := seedKernel(t)
 	h := newHarness(t, k)
@@ -370,14 +408,14 @@ func TestOnceOnFakeKernel(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	wg.Go(func() { h.w.Run(ctx) })
-	h.modes <- mtupolicy.ModeOn
-	must(t, h.r.waitReady(ctx, h.modes, true, 5*time.Second))
-	must(t, h.r.once(ctx, 5*time.Second))
+	h.l.setMode(mtupolicy.ModeOn)
+	must(t, h.w.WaitSynced(ctx))
+	must(t, h.l.r.Once(ctx))
 	if diff := cmp.Diff(seedLines, h.takeLines()); diff != "" {
 		t.Errorf("lines (-want +got):\n%s", diff)
 	}
 	must(t, h.split())
-	must(t, h.r.once(ctx, 5*time.Second))
+	must(t, h.l.r.Once(ctx))
 	if got := h.takeLines(); len(got) != 0 {
 		t.Errorf("second once said %q", got)
 	}
@@ -386,6 +424,16 @@ func TestOnceOnFakeKernel(t *testing.T) {
 // metricValue returns the value of the counter or gauge name whose one
 // label has the value label ("" for none).
 func metricValue(t *testing.T, m *metrics, name, label string) float64 {
+	t.Helper()
+	v, ok := metricIf(t, m, name, label)
+	if !ok {
+		t.Fatalf("no metric %s{%q}", name, label)
+	}
+	return v
+}
+
+// metricIf is metricValue for a metric that may not exist yet.
+func metricIf(t *testing.T, m *metrics, name, label string) (float64, bool) {
 	t.Helper()
 	mfs, err := m.reg.Gather()
 	must(t, err)
@@ -396,14 +444,13 @@ func metricValue(t *testing.T, m *metrics, name, label string) float64 {
 		for _, x := range mf.GetMetric() {
 			if ls := x.GetLabel(); label == "" && len(ls) == 0 || len(ls) == 1 && ls[0].GetValue() == label {
 				if c := x.GetCounter(); c != nil {
-					return c.GetValue()
+					return c.GetValue(), true
 				}
-				return x.GetGauge().GetValue()
+				return x.GetGauge().GetValue(), true
 			}
 		}
 	}
-	t.Fatalf("no metric %s{%q}", name, label)
-	return 0
+	return 0, false
 }
 
 // The periodic safety resync asks the watcher for full dumps; a resync
@@ -411,9 +458,9 @@ func metricValue(t *testing.T, m *metrics, name, label string) float64 {
 func TestLoopPeriodicResync(t *testing.T) {
 	k, _, _ := seedKernel(t)
 	h := newHarness(t, k)
-	h.r.resyncEvery = 20 * time.Millisecond
+	h.l.r.Resync = 20 * time.Millisecond
 	h.start()
-	h.modes <- mtupolicy.ModeOn
+	h.l.setMode(mtupolicy.ModeOn)
 	h.waitConverged()
 	h.takeLines()
 	deadline := time.Now().Add(5 * time.Second)
@@ -421,7 +468,7 @@ func TestLoopPeriodicResync(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("resyncs: %v, want 3 requested", h.w.Stats().Resyncs)
 		}
-		h.waitPass("after a resync", func(passResult) bool { return true })
+		h.waitPass("after a resync", func(netwatch.Pass) bool { return true })
 	}
 	if got := h.takeLines(); len(got) != 0 {
 		t.Errorf("resyncs said %q", got)
@@ -434,12 +481,11 @@ func TestLoopIPv6(t *testing.T) {
 	must(t, k.AddAddr(enp, netip.MustParsePrefix("fd00::5/64")))
 	must(t, k.AddRoute(nltest.Route{Dst: netip.MustParsePrefix("fd00:1::/48"), Gateway: netip.MustParseAddr("fd00::1"),
 		Index: enp, Protocol: unix.RTPROT_STATIC}))
-	h := newHarness(t, k)
-	h.r.desire = policyDesire(mtupolicy.Config{TunnelLink: "cilium_wg0", Mark: 0xe00, Mask: 0xf00, Table: 900,
+	h := newHarnessCfg(t, k, mtupolicy.Config{TunnelLink: "cilium_wg0", Mark: 0xe00, Mask: 0xf00, Table: 900,
 		Priority: 900, Protocol: 109, Repair: true,
 		Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("fd00::/16")}})
 	h.start()
-	h.modes <- mtupolicy.ModeOn
+	h.l.setMode(mtupolicy.ModeOn)
 	h.waitConverged()
 	lines := h.takeLines()
 	for _, want := range []string{

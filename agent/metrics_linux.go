@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/marksplit/marksplit/internal/ciliumnode"
@@ -27,16 +28,22 @@ type metrics struct {
 	changes  *prometheus.CounterVec
 	failed   *prometheus.CounterVec
 	fights   *prometheus.CounterVec
+	fighting *prometheus.GaugeVec
 	mode     *prometheus.GaugeVec
+	ready    prometheus.Gauge
 	lastGood prometheus.Gauge
+
+	modeMu   sync.Mutex // guards curMode and isReadyV, for the scrape
+	curMode  mtupolicy.Mode
+	isReadyV bool
 }
 
-func newMetrics(w *netwatch.Watcher, src *ciliumnode.Source, snmp string) *metrics {
+func newMetrics(w *netwatch.Watcher, cfg mtupolicy.Config, src *ciliumnode.Source, snmp string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "marksplit_passes_total",
-			Help: "Reconcile passes, by result: unchanged, changed, failed, damped (repairs delayed by fight damping), waiting (cache not synced or encryption mode unknown).",
+			Help: "Reconcile passes, by result: unchanged, changed, failed, deferred (an object's changes rate-limited, as in a fight), waiting (cache not synced or encryption mode unknown).",
 		}, []string{"result"}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "marksplit_changes_total",
@@ -47,9 +54,17 @@ func newMetrics(w *netwatch.Watcher, src *ciliumnode.Source, snmp string) *metri
 			Help: "Kernel changes that failed, by kind.",
 		}, []string{"kind"}),
 		fights: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "marksplit_fights_damped_total",
-			Help: "Repairs delayed because another program keeps undoing the object, by object kind (route, rule).",
+			Name: "marksplit_fights_total",
+			Help: "Fights: episodes of another program undoing an object the agent made again and again, by object (rule 900, rule 900 inet6, table 900 10.0.0.0/16).",
 		}, []string{"object"}),
+		fighting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "marksplit_fight_in_progress",
+			Help: "1 while a fight over the object is going on, 0 once it is over.",
+		}, []string{"object"}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "marksplit_ready",
+			Help: "1 when the last pass converged (what /readyz answers 200 for), else 0.",
+		}),
 		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "marksplit_encryption_mode",
 			Help: "The node's encryption mode as the agent knows it: 1 for the current mode (on, off, unknown), 0 for the others.",
@@ -65,14 +80,12 @@ func newMetrics(w *netwatch.Watcher, src *ciliumnode.Source, snmp string) *metri
 	}
 	m.changes.WithLabelValues("route-repair")
 	m.failed.WithLabelValues("route-repair")
-	for _, r := range []string{"unchanged", "changed", "failed", "damped", "waiting"} {
+	for _, r := range passResults {
 		m.passes.WithLabelValues(r)
 	}
-	m.fights.WithLabelValues("route")
-	m.fights.WithLabelValues("rule")
 	m.setMode(mtupolicy.ModeUnknown)
-	m.reg.MustRegister(m.passes, m.changes, m.failed, m.fights, m.mode, m.lastGood,
-		&scrapeCollector{w: w, src: src, snmp: snmp},
+	m.reg.MustRegister(m.passes, m.changes, m.failed, m.fights, m.fighting, m.mode, m.ready, m.lastGood,
+		&scrapeCollector{w: w, cfg: cfg, src: src, snmp: snmp, m: m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -95,9 +108,39 @@ func opKindLabel(op netwatch.Op) string {
 
 // The methods below are safe on a nil *metrics.
 
-func (m *metrics) pass(result string) {
-	if m != nil {
-		m.passes.WithLabelValues(result).Inc()
+// passResults are the values of marksplit_passes_total's result label.
+var passResults = []string{"unchanged", "changed", "failed", "deferred", "waiting"}
+
+// passResult names what a pass did.
+func passResult(p netwatch.Pass) string {
+	switch {
+	case !p.Planned:
+		return "waiting"
+	case p.Err != nil:
+		return "failed"
+	case p.Deferred > 0:
+		return "deferred"
+	case len(p.Applied) > 0:
+		return "changed"
+	}
+	return "unchanged"
+}
+
+// pass counts a pass; converged is the Reconciler's state after it.
+func (m *metrics) pass(p netwatch.Pass, converged bool) {
+	if m == nil {
+		return
+	}
+	m.passes.WithLabelValues(passResult(p)).Inc()
+	for _, op := range p.Failed {
+		m.failed.WithLabelValues(opKindLabel(op)).Inc()
+	}
+	m.modeMu.Lock()
+	m.isReadyV = converged
+	m.modeMu.Unlock()
+	m.ready.Set(bool01(converged))
+	if converged {
+		m.lastPass(time.Now())
 	}
 }
 
@@ -107,27 +150,46 @@ func (m *metrics) change(op netwatch.Op) {
 	}
 }
 
-func (m *metrics) failedOp(op netwatch.Op) {
-	if m != nil {
-		m.failed.WithLabelValues(opKindLabel(op)).Inc()
-	}
-}
-
-func (m *metrics) fightDamped(op netwatch.Op) {
+// fight counts a fight's start and marks it in progress until its end.
+func (m *metrics) fight(f netwatch.Fight) {
 	if m == nil {
 		return
 	}
-	obj := "route"
-	if op.Kind == netwatch.RuleAdd || op.Kind == netwatch.RuleDelete {
-		obj = "rule"
+	if f.Over {
+		m.fighting.WithLabelValues(f.Object).Set(0)
+		return
 	}
-	m.fights.WithLabelValues(obj).Inc()
+	m.fights.WithLabelValues(f.Object).Inc()
+	m.fighting.WithLabelValues(f.Object).Set(1)
+}
+
+func bool01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// modeIs reports whether the mode gauge says mode.
+func (m *metrics) modeIs(mode mtupolicy.Mode) bool {
+	m.modeMu.Lock()
+	defer m.modeMu.Unlock()
+	return m.curMode == mode
+}
+
+func (m *metrics) isReady() bool {
+	m.modeMu.Lock()
+	defer m.modeMu.Unlock()
+	return m.isReadyV
 }
 
 func (m *metrics) setMode(mode mtupolicy.Mode) {
 	if m == nil {
 		return
 	}
+	m.modeMu.Lock()
+	m.curMode = mode
+	m.modeMu.Unlock()
 	for _, x := range []mtupolicy.Mode{mtupolicy.ModeUnknown, mtupolicy.ModeOn, mtupolicy.ModeOff} {
 		v := 0.0
 		if x == mode {
@@ -146,8 +208,10 @@ func (m *metrics) lastPass(t time.Time) {
 // scrapeCollector reads counters kept elsewhere when Prometheus scrapes.
 type scrapeCollector struct {
 	w    *netwatch.Watcher
+	cfg  mtupolicy.Config
 	src  *ciliumnode.Source // nil unless --encryption=auto
 	snmp string
+	m    *metrics
 }
 
 var (
@@ -169,11 +233,17 @@ var (
 		"The host's IPv4 fragments created (Ip: FragCreates in /proc/net/snmp of the agent's network namespace).", nil, nil)
 	descRequests = prometheus.NewDesc("marksplit_ciliumnode_requests_total",
 		"Requests to the Kubernetes API for the node's CiliumNode, by outcome.", []string{"outcome"}, nil)
+	descTunnel = prometheus.NewDesc("marksplit_tunnel_link_present",
+		"1 when the tunnel link (--tunnel-link) exists, else 0.", nil, nil)
+	descTableRoutes = prometheus.NewDesc("marksplit_table_routes",
+		"Routes in the agent's table, by family (4, 6).", []string{"family"}, nil)
+	descSplit = prometheus.NewDesc("marksplit_split_active",
+		"1 when the split is in place: encryption on, the tunnel link present, routes in the table, and the last pass converged.", nil, nil)
 )
 
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descEvents, descResyncs, descSynced, descReconnects, descMalformed,
-		descSyncDuration, descFragOKs, descFragCreates, descRequests} {
+		descSyncDuration, descFragOKs, descFragCreates, descRequests, descTunnel, descTableRoutes, descSplit} {
 		ch <- d
 	}
 }
@@ -183,14 +253,10 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range []netwatch.Kind{netwatch.KindLink, netwatch.KindAddr, netwatch.KindRoute, netwatch.KindRule} {
 		ch <- prometheus.MustNewConstMetric(descEvents, prometheus.CounterValue, float64(st.Events[k]), k.String())
 	}
-	for cause := netwatch.ResyncInitial; cause <= netwatch.ResyncRoutes; cause++ {
+	for cause := netwatch.ResyncInitial; cause <= netwatch.ResyncRules; cause++ {
 		ch <- prometheus.MustNewConstMetric(descResyncs, prometheus.CounterValue, float64(st.Resyncs[cause]), cause.String())
 	}
-	synced := 0.0
-	if st.Synced {
-		synced = 1
-	}
-	ch <- prometheus.MustNewConstMetric(descSynced, prometheus.GaugeValue, synced)
+	ch <- prometheus.MustNewConstMetric(descSynced, prometheus.GaugeValue, bool01(st.Synced))
 	ch <- prometheus.MustNewConstMetric(descReconnects, prometheus.CounterValue, float64(st.Reconnects))
 	ch <- prometheus.MustNewConstMetric(descMalformed, prometheus.CounterValue, float64(st.Malformed))
 	ch <- prometheus.MustNewConstMetric(descSyncDuration, prometheus.GaugeValue, st.LastSyncDuration.Seconds())
@@ -200,6 +266,21 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFragOKs, prometheus.CounterValue, float64(f.OKs))
 		ch <- prometheus.MustNewConstMetric(descFragCreates, prometheus.CounterValue, float64(f.Creates))
 	}
+	var tunnel bool
+	var routes [2]int
+	c.w.Read(func(v netwatch.View) {
+		_, tunnel = v.LinkByName(c.cfg.TunnelLink)
+		for i, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
+			for range v.Routes(f, c.cfg.Table) {
+				routes[i]++
+			}
+		}
+	})
+	ch <- prometheus.MustNewConstMetric(descTunnel, prometheus.GaugeValue, bool01(tunnel))
+	ch <- prometheus.MustNewConstMetric(descTableRoutes, prometheus.GaugeValue, float64(routes[0]), "4")
+	ch <- prometheus.MustNewConstMetric(descTableRoutes, prometheus.GaugeValue, float64(routes[1]), "6")
+	split := tunnel && routes[0]+routes[1] > 0 && c.m.modeIs(mtupolicy.ModeOn) && c.m.isReady()
+	ch <- prometheus.MustNewConstMetric(descSplit, prometheus.GaugeValue, bool01(split))
 	if c.src != nil {
 		for outcome, n := range c.src.Stats().Requests() {
 			ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(n), outcome)

@@ -259,25 +259,28 @@ func (c *netwatchConsumer) sync(rcvbuf, _ int) error {
 	c.quit = make(chan struct{})
 	go func() { defer close(c.done); c.w.Run(ctx) }()
 	timeout := time.After(5 * time.Minute)
-	for !c.w.Synced() {
+	if err := c.waitSynced(timeout); err != nil {
+		return err
+	}
+	c.base = c.w.Stats().Events[netwatch.KindRoute]
+	return nil
+}
+
+func (c *netwatchConsumer) waitSynced(timeout <-chan time.Time) error {
+	for ch := c.w.Changed(); !c.w.Synced(); ch = c.w.Changed() {
 		select {
-		case <-c.w.Notify():
+		case <-ch:
 		case <-timeout:
 			return errors.New("netwatch: not synced within 5 minutes")
 		}
 	}
-	select {
-	case <-c.w.Notify():
-	default:
-	}
-	c.base = c.w.Stats().Events[netwatch.KindRoute]
 	return nil
 }
 
 func (c *netwatchConsumer) run() {
 	for {
 		select {
-		case <-c.w.Notify():
+		case <-c.w.Changed():
 			c.t.add(0)
 		case <-c.quit:
 			return
@@ -298,9 +301,9 @@ func (c *netwatchConsumer) stop() {
 	// Leave the watcher running until its routes are compared; a
 	// watcher that is not synced has nothing to compare.
 	deadline := time.Now().Add(10 * time.Second)
-	for !c.w.Synced() && time.Now().Before(deadline) {
+	for ch := c.w.Changed(); !c.w.Synced() && time.Now().Before(deadline); ch = c.w.Changed() {
 		select {
-		case <-c.w.Notify():
+		case <-ch:
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

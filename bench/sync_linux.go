@@ -52,9 +52,9 @@ func childSync(contender string, expect int) (syncResult, error) {
 		go func() { errc <- w.Run(ctx) }()
 		timeout := time.NewTimer(5 * time.Minute)
 		defer timeout.Stop()
-		for !w.Synced() {
+		for ch := w.Changed(); !w.Synced(); ch = w.Changed() {
 			select {
-			case <-w.Notify():
+			case <-ch:
 			case err := <-errc:
 				return res, fmt.Errorf("netwatch: Run returned %v", err)
 			case <-timeout.C:

@@ -33,6 +33,11 @@ func (a *Applier) Close() error { return a.c.Close() }
 type Result struct {
 	Op  Op
 	Err error // nil on success, including "already there" and "already gone"
+	// Already is set on a success that changed nothing: the kernel already
+	// had the route or rule being added, or had already removed the one
+	// being deleted (as it does with the IPv4 routes of a link that went
+	// down). A program logs only the changes it made.
+	Already bool
 }
 
 // ErrSkipped is the error of operations not attempted because an earlier one
@@ -53,20 +58,20 @@ func (a *Applier) Apply(ops []Op) ([]Result, error) {
 			res[i].Err = ErrSkipped
 			continue
 		}
-		if err := a.do(op); err != nil {
-			res[i].Err = err
+		already, err := a.do(op)
+		res[i].Err, res[i].Already = err, already
+		if err != nil {
 			first = err
 		}
 	}
 	return res, first
 }
 
-func (a *Applier) do(op Op) error {
+func (a *Applier) do(op Op) (already bool, err error) {
 	var (
 		typ   uint16
 		flags = netlink.Request | netlink.Acknowledge
 		data  []byte
-		err   error
 		ok    []unix.Errno // errnos that mean "already so"
 	)
 	switch op.Kind {
@@ -86,21 +91,21 @@ func (a *Applier) do(op Op) error {
 		typ, ok = unix.RTM_DELRULE, []unix.Errno{unix.ENOENT}
 		data, err = encodeRule(op.Rule)
 	default:
-		return fmt.Errorf("netwatch: apply: unknown operation %v", op.Kind)
+		return false, fmt.Errorf("netwatch: apply: unknown operation %v", op.Kind)
 	}
 	if err != nil {
-		return fmt.Errorf("netwatch: %v %s: encode: %w", op.Kind, opObject(op), err)
+		return false, fmt.Errorf("netwatch: %v %s: encode: %w", op.Kind, opObject(op), err)
 	}
 	_, err = a.c.Execute(netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(typ), Flags: flags}, Data: data})
 	if err == nil {
-		return nil
+		return false, nil
 	}
 	for _, e := range ok {
 		if errors.Is(err, e) {
-			return nil
+			return true, nil
 		}
 	}
-	return fmt.Errorf("netwatch: %v %s: %w", op.Kind, opObject(op), withMessage(err))
+	return false, fmt.Errorf("netwatch: %v %s: %w", op.Kind, opObject(op), withMessage(err))
 }
 
 func opObject(op Op) string {

@@ -34,13 +34,9 @@ func (w *Watcher) Barrier(ctx context.Context) error {
 		return ErrNotRunning
 	}
 	seq, done := w.bar.add(gen)
-	// RTM_GETLINK of index 1, the loopback link every namespace has: a
-	// reply that changes nothing.
-	req := make([]byte, unix.SizeofIfInfomsg)
-	binary.NativeEndian.PutUint32(req[4:8], 1)
-	if _, err := mc.Send(netlink.Message{Header: netlink.Header{Type: unix.RTM_GETLINK, Flags: netlink.Request, Sequence: seq}, Data: req}); err != nil {
+	if err := sendBarrier(mc, seq); err != nil {
 		w.bar.drop(seq)
-		return fmt.Errorf("netwatch: barrier: %w", err)
+		return err
 	}
 	select {
 	case err := <-done:
@@ -49,6 +45,18 @@ func (w *Watcher) Barrier(ctx context.Context) error {
 		w.bar.drop(seq)
 		return ctx.Err()
 	}
+}
+
+// sendBarrier sends, on the multicast socket mc, a request whose reply
+// queues behind the events already queued there: RTM_GETLINK of index 1,
+// the loopback link every namespace has, which changes nothing.
+func sendBarrier(mc Conn, seq uint32) error {
+	req := make([]byte, unix.SizeofIfInfomsg)
+	binary.NativeEndian.PutUint32(req[4:8], 1)
+	if _, err := mc.Send(netlink.Message{Header: netlink.Header{Type: unix.RTM_GETLINK, Flags: netlink.Request, Sequence: seq}, Data: req}); err != nil {
+		return fmt.Errorf("netwatch: barrier: %w", err)
+	}
+	return nil
 }
 
 // barriers are the Barrier calls waiting for their replies.
@@ -64,18 +72,26 @@ type barrier struct {
 }
 
 func (b *barriers) add(gen uint64) (uint32, chan error) {
+	seq := b.next()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.waiting == nil {
 		b.waiting = make(map[uint32]barrier)
 	}
+	done := make(chan error, 1)
+	b.waiting[seq] = barrier{gen: gen, done: done}
+	return seq, done
+}
+
+// next returns a request sequence number no other barrier uses.
+func (b *barriers) next() uint32 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.seq++
 	if b.seq == 0 {
 		b.seq++
 	}
-	done := make(chan error, 1)
-	b.waiting[b.seq] = barrier{gen: gen, done: done}
-	return b.seq, done
+	return b.seq
 }
 
 func (b *barriers) drop(seq uint32) {

@@ -129,9 +129,9 @@ func syncOnce(b *testing.B, ns *testNS, measure func()) (time.Duration, int) {
 	start := time.Now()
 	go func() { done <- w.Run(ctx) }()
 	deadline := time.After(2 * time.Minute)
-	for !w.Synced() {
+	for ch := w.Changed(); !w.Synced(); ch = w.Changed() {
 		select {
-		case <-w.Notify():
+		case <-ch:
 		case <-deadline:
 			b.Fatalf("no sync in 2 minutes")
 		}
@@ -248,9 +248,9 @@ func TestHelperSyncRSS(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	deadline := time.After(2 * time.Minute)
-	for !w.Synced() {
+	for ch := w.Changed(); !w.Synced(); ch = w.Changed() {
 		select {
-		case <-w.Notify():
+		case <-ch:
 		case <-deadline:
 			t.Fatal("no sync in 2 minutes")
 		}
@@ -358,6 +358,7 @@ func benchIngest(b *testing.B, tableRoutes int) {
 	want := base.Events[KindRoute] + uint64(total)
 	deadline := time.After(time.Minute)
 	for {
+		ch := w.Changed()
 		st := w.Stats()
 		if st.Events[KindRoute] >= want {
 			break
@@ -370,7 +371,7 @@ func benchIngest(b *testing.B, tableRoutes int) {
 			}
 		}
 		select {
-		case <-w.Notify():
+		case <-ch:
 		case <-deadline:
 			b.Fatalf("watcher did not catch up: %+v", w.Stats())
 		}

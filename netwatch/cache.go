@@ -62,6 +62,12 @@ func (s *state) apply(ev *Event) (changed bool, redump redumps) {
 	case KindRoute:
 		return s.applyRoute(ev)
 	case KindRule:
+		// The kernel changes rules under the RTNL lock but announces them
+		// after releasing it (since Linux 6.14): the announcements of two
+		// programs' changes can come in the other order, a deletion before
+		// the addition of what it deleted. Each rule event is applied for
+		// its origin, then the rules are dumped again to be sure.
+		redump[redumpRules] = true
 		rs := s.rules[fi(ev.Rule.Family)]
 		if ev.Op == EventDel {
 			i := slices.IndexFunc(rs, func(r Rule) bool { return sameRule(r, ev.Rule) })
@@ -75,7 +81,6 @@ func (s *state) apply(ev *Event) (changed bool, redump redumps) {
 			// The kernel allows identical rules, but this may as well be
 			// an event queued during a dump that already showed the rule:
 			// only the kernel can tell.
-			redump[redumpRules] = true
 			return false, redump
 		}
 		// The kernel keeps rules sorted by priority, a new rule after the

@@ -43,3 +43,10 @@ type DialConfig struct {
 type Dialer interface {
 	Dial(cfg DialConfig) (Conn, error)
 }
+
+// ownerFinder finds the process that owns a netlink port of the dialer's
+// namespace (see portOwners); a Dialer may offer one with a method
+// owners() ownerFinder.
+type ownerFinder interface {
+	find(port uint32) (pid int, comm string, ok bool)
+}

@@ -48,6 +48,10 @@ func (d KernelDialer) Dial(cfg DialConfig) (Conn, error) {
 	return kernelConn{c}, nil
 }
 
+// owners finds the processes behind the ports of notifications in the
+// dialer's namespace.
+func (d KernelDialer) owners() ownerFinder { return newPortOwners(d.NetNS) }
+
 // kernelConn is a *netlink.Conn that can also read a whole datagram.
 type kernelConn struct{ *netlink.Conn }
 

@@ -8,10 +8,21 @@
 // A Watcher subscribes to the rtnetlink groups before it dumps, applies the
 // events queued during the dump after it, and from then on applies every
 // event. Read gives a consistent View for a reconcile pass without copying
-// the cache; Notify carries a coalesced generation number after each change;
-// Subscribe delivers every change as an Event, for tools that print them.
-// Barrier waits until the cache holds every change the kernel made before
-// the call, such as the caller's own.
+// the cache; Changed returns a channel closed at the next change, which any
+// number of goroutines may wait on; Subscribe delivers every change as an
+// Event, for tools that print them. Barrier waits until the cache holds
+// every change the kernel made before the call, such as the caller's own.
+//
+// # Who changed what
+//
+// Every Event carries its Origin: the kernel itself (a notification with
+// port 0, which is also what link and IPv6 address notifications carry
+// whoever asked), this process's own sockets, another program (the netlink
+// port of its socket and, where /proc shows the socket's owner, its PID and
+// command name), or a re-dump (a difference a resync found: a change the
+// kernel makes without an event, such as the IPv4 routes it flushes when a
+// link goes down, or one whose event an overflow lost). The journal behind
+// View.Changes keeps the latest changes with their origins.
 //
 // The cache never silently diverges from the kernel: a receive buffer
 // overflow (ENOBUFS) or an undecodable message causes a full re-dump that is
@@ -43,10 +54,14 @@
 // an Applier executes them idempotently (adding what exists and deleting
 // what is gone succeed; rules are added with NLM_F_EXCL and deleted with
 // their full key, because the kernel ignores NLM_F_REPLACE for rules).
-// A Reconciler runs the whole loop for a policy: plan on every change,
+// A Reconciler runs the whole loop for a policy, the one loop every program
+// runs: plan on every change or Trigger (a burst coalesced into one pass),
 // apply, log each change with Op.Describe, wait (Barrier) until the cache
 // holds its own changes before planning again, retry with backoff, resync
-// periodically. The package Example shows a policy in a few lines.
+// periodically. It tells another program undoing what it made from the
+// kernel's own flushes: every object is changed at most a burst of times at
+// once and then ten times a second, and a fight is one warning naming the
+// program. The package Example shows a policy in a few lines.
 //
 // # Concurrency
 //

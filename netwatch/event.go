@@ -44,12 +44,14 @@ func (o EventOp) String() string {
 // Event is one change to the cache: one of Link, Addr, Route or Rule is
 // set, as Kind says.
 type Event struct {
-	Op    EventOp
-	Kind  Kind
-	Link  Link
-	Addr  Addr
-	Route Route
-	Rule  Rule
+	Op   EventOp
+	Kind Kind
+	// Origin says who made the change.
+	Origin Origin
+	Link   Link
+	Addr   Addr
+	Route  Route
+	Rule   Rule
 	// replace is set on a route event the kernel sent with NLM_F_REPLACE,
 	// appendRoute with NLM_F_APPEND, excl with NLM_F_EXCL (the key had no
 	// route), prepend with NLM_F_CREATE alone (ip route prepend); dumped on

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"iter"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -34,9 +35,10 @@ type fakeDialer struct {
 	k *nltest.Kernel
 
 	mu       sync.Mutex
-	mcs      []*faultConn // multicast sockets, in dial order
-	requests int          // request sockets dialed
-	fail     error        // returned by Dial while set
+	mcs      []*faultConn    // multicast sockets, in dial order
+	requests int             // request sockets dialed
+	ports    map[uint32]bool // of every socket dialed: this process's
+	fail     error           // returned by Dial while set
 	// onRouteDump, when set, runs once, when a request socket receives
 	// the first datagram of routes after it was set.
 	onRouteDump atomic.Pointer[func()]
@@ -68,6 +70,10 @@ func (d *fakeDialer) Dial(cfg DialConfig) (Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d.ports == nil {
+		d.ports = make(map[uint32]bool)
+	}
+	d.ports[c.PID()] = true
 	if len(cfg.Groups) == 0 {
 		d.requests++
 		return hookConn{c, d}, nil
@@ -75,6 +81,21 @@ func (d *fakeDialer) Dial(cfg DialConfig) (Conn, error) {
 	fc := &faultConn{Conn: c, fake: c}
 	d.mcs = append(d.mcs, fc)
 	return fc, nil
+}
+
+// owners says that the sockets the dialer opened are this process's, as
+// the kernel's portOwners would.
+func (d *fakeDialer) owners() ownerFinder { return fakeOwners{d} }
+
+type fakeOwners struct{ d *fakeDialer }
+
+func (o fakeOwners) find(port uint32) (int, string, bool) {
+	o.d.mu.Lock()
+	defer o.d.mu.Unlock()
+	if o.d.ports[port] {
+		return os.Getpid(), "netwatch.test", true
+	}
+	return 0, "", false
 }
 
 // mc returns the newest multicast socket.
@@ -548,6 +569,7 @@ func TestFakeRouteTables(t *testing.T) {
 	deadline := time.After(5 * time.Second)
 	for {
 		var got []string
+		ch := w.Changed()
 		w.Read(func(v View) { got = fakeStateOfView(v).Routes })
 		if slices.Equal(got, want) {
 			break
@@ -555,7 +577,7 @@ func TestFakeRouteTables(t *testing.T) {
 		select {
 		case <-deadline:
 			t.Fatalf("routes of tables 900 and 901 (-want +got):\n%s", gocmp.Diff(want, got))
-		case <-w.Notify():
+		case <-ch:
 		}
 	}
 }

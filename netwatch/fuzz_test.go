@@ -306,7 +306,7 @@ func FuzzCompactRoute(f *testing.F) {
 				t.Fatalf("fast path: %v; general path: %v", fastErr, slowErr)
 			}
 		}
-		got, want := (View{fast}).Snapshot().Routes, (View{slow}).Snapshot().Routes
+		got, want := (View{s: fast}).Snapshot().Routes, (View{s: slow}).Snapshot().Routes
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("fast path cached\n%+v\ngeneral path\n%+v", got, want)
 		}

@@ -628,9 +628,9 @@ func startWatcher(tb testing.TB, opts Options) *Watcher {
 func waitSynced(tb testing.TB, w *Watcher, timeout time.Duration) {
 	tb.Helper()
 	deadline := time.After(timeout)
-	for !w.Synced() {
+	for ch := w.Changed(); !w.Synced(); ch = w.Changed() {
 		select {
-		case <-w.Notify():
+		case <-ch:
 		case <-deadline:
 			tb.Fatalf("watcher not synced after %v; stats %+v", timeout, w.Stats())
 		}

@@ -12,6 +12,17 @@ import (
 // so nothing is removed.
 var ErrNotSynced = errors.New("view not synced")
 
+// PlanError is Plan's error for a Desired it rejects: a route outside the
+// owned tables, two routes with one key, an IPv6 route with metric 0. It
+// is a bug in the policy that no retry mends: the Reconciler logs it once
+// and waits for the next change instead of retrying.
+type PlanError struct {
+	Err error
+}
+
+func (e *PlanError) Error() string { return "netwatch: plan: " + e.Err.Error() }
+func (e *PlanError) Unwrap() error { return e.Err }
+
 // KernelRouteFlags are the route and next-hop flags the kernel sets on its
 // own: a route whose link lost carrier is linkdown, one whose link went down
 // is dead, offload and trap come from hardware, unresolved from the
@@ -85,7 +96,7 @@ func Plan(v View, d Desired) ([]Op, error) {
 	}
 	p, err := newPlanner(d)
 	if err != nil {
-		return nil, fmt.Errorf("netwatch: plan: %w", err)
+		return nil, &PlanError{err}
 	}
 	p.planRoutes(v)
 	p.planRules(v)

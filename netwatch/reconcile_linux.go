@@ -5,167 +5,484 @@ package netwatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 )
 
-// Reconciler keeps the kernel at a policy's desired state: after every
-// change of the watcher's cache it reads a View, asks the policy for the
-// desired state, plans the difference and applies it, logging one line per
-// change. A failed pass is retried with backoff; nothing is planned from a
-// view that is not synced.
+// Reconciler keeps the kernel at a policy's desired state. It is the one
+// loop every netwatch program runs: after every change of the watcher's
+// cache and every Trigger it reads a View, asks the policy for the desired
+// state, plans the difference and applies it, logging one line per change
+// the kernel did not already have. A burst of changes is coalesced into a
+// pass per Coalesce; a failed pass is retried with backoff; nothing is planned from a
+// view that is not synced; a periodic resync catches what events miss.
+//
+// # Fights
+//
+// The Reconciler knows who undid what it made: the journal of the cache
+// (View.Changes) names the origin of every change. When another program
+// deletes or changes an object the Reconciler made (a rule at an owned
+// priority, a route in an owned table, a repaired route), that is an undo;
+// the kernel's own changes (the IPv4 routes it flushes when a link goes
+// down) and differences a resync found never are. Three undos in a row, each
+// within a minute of the last, make a fight: one warning names the object
+// and the program,
+//
+//	fight: rule 900: not fwmark 0xe00/0xf00 lookup 900 undone 3 times in 212ms by ip[31968]; repairing at most every 100ms
+//
+// OnFight is told, and when the object has been left alone for twice the
+// longest interval between its undos (at least a second) the fight is over,
+// with one more line at Info level. Whatever the origin, every object is
+// changed at most RepairBurst times at once and then once per
+// RepairInterval: a fight never becomes a hot loop, and a repair waits at
+// most RepairInterval.
 //
 // It is the loop a small program around a policy needs:
 //
-//	r := &netwatch.Reconciler{Watcher: w, Applier: a, Policy: policy, Resync: time.Minute, Logger: log}
-//	return r.Run(ctx) // with w.Run(ctx) running
+//	go w.Run(ctx)
+//	r := &netwatch.Reconciler{Watcher: w, Applier: a, Policy: policy, Resync: 5 * time.Minute, Logger: log}
+//	return r.Run(ctx)
 type Reconciler struct {
-	// Watcher is the cache the policy reads; its Run must be running
-	// for as long as the Reconciler's.
+	// Watcher is the cache the policy reads. The caller runs its Run for
+	// as long as the Reconciler's; the first pass waits for its sync.
 	Watcher *Watcher
 	// Applier makes the changes. The Reconciler uses it from Run's
 	// goroutine alone.
 	Applier *Applier
-	// Policy returns the desired state for a view. When ok is false it
-	// cannot tell yet (it waits for something outside the view), and
-	// nothing is changed. It is called inside Read: it must not block.
+	// Policy returns the desired state for a synced view. ok false means
+	// it cannot tell yet (it waits for something outside the view, such as
+	// a mode read from elsewhere: call Trigger when that arrives) and
+	// nothing is changed; ok true with an empty Desired means remove
+	// everything owned. It runs while the cache is read-locked: it must not
+	// block or call the Watcher's methods, and must use only the view.
 	Policy func(View) (d Desired, ok bool)
 	// Resync, when positive, asks the watcher for a full re-dump this
 	// often, as a safety net for what events miss.
 	Resync time.Duration
-	// Logger receives an Info line per applied operation, its
-	// description, and a Warn line per failed pass; nil discards.
+	// Logger receives an Info line per change (unless OnChange is set), a
+	// Warn line per fight and per new kind of failure; nil discards.
 	Logger *slog.Logger
-	// Describe renders an applied operation as its log line; nil means
+	// Describe renders an operation as its log line; nil means
 	// Op.Describe.
 	Describe func(op Op, links func(index uint32) (Link, bool)) string
-	// OnPass, when set, is called after each pass that had something to
-	// do, with the operations that succeeded and the pass's error (for
-	// metrics, and for tests to wait on). It runs on Run's goroutine.
-	OnPass func(applied []Op, err error)
-	// Backoff paces the retries of a failed pass; default exponential
-	// from 100 ms to 30 s, never giving up.
-	Backoff func() backoff.BackOff
+	// OnChange, when set, receives each change the kernel did not already
+	// have, with its line, instead of the Logger.
+	OnChange func(op Op, line string)
+	// OnPass, when set, is called after each pass with what it did (for
+	// metrics, and for tests to wait on).
+	OnPass func(Pass)
+	// OnFight, when set, is called when a fight starts and when it ends.
+	OnFight func(Fight)
+
+	// Coalesce is the shortest time between the starts of two passes:
+	// the first change after a quiet spell is acted on at once, and a
+	// burst of changes costs one pass per Coalesce, which takes them all
+	// in. Default 10 ms; negative: none.
+	Coalesce time.Duration
+	// RepairBurst and RepairInterval limit how often one object is
+	// changed: RepairBurst times at once, then once per RepairInterval.
+	// Defaults 20 and 100 ms.
+	RepairBurst    int
+	RepairInterval time.Duration
+	// RetryMin and RetryMax pace the retries of a failed pass, doubling
+	// from RetryMin to RetryMax. Defaults 100 ms and 1 s. A change of the
+	// cache or a Trigger runs a pass at once whatever the backoff.
+	RetryMin, RetryMax time.Duration
+
+	trig      trigger
+	converged atomic.Bool
 }
 
-// settleTimeout bounds the wait for the cache to hold what a pass applied.
-const settleTimeout = time.Second
+// Pass is what one pass did.
+type Pass struct {
+	// Planned is false when nothing could be planned: the view was not
+	// synced, or the policy could not tell.
+	Planned bool
+	// Applied are the operations the kernel carried out; Already those it
+	// already had (an add of what existed, a delete of what was gone),
+	// which are not logged; Failed the one it refused (Err says why).
+	Applied, Already, Failed []Op
+	// Deferred counts the operations left for a later pass by the
+	// per-object rate limit.
+	Deferred int
+	// Err is why the pass failed: a refused operation, or a Desired that
+	// Plan rejects (see PlanError).
+	Err error
+}
+
+// Fight is a fight over one object with another program.
+type Fight struct {
+	// Object names the object in a few words, for a metric label:
+	// "rule 900", "rule 900 inet6", "table 900 10.0.0.0/16".
+	Object string
+	// Line is the object as the log line names it.
+	Line string
+	// By is the program that undid it last.
+	By Origin
+	// Undos counts the undos of the episode so far, in Since.
+	Undos int
+	Since time.Duration
+	// Over is set when the episode has ended.
+	Over bool
+}
+
+// Defaults of a Reconciler.
+const (
+	DefaultCoalesce       = 10 * time.Millisecond
+	DefaultRepairBurst    = 20
+	DefaultRepairInterval = 100 * time.Millisecond
+	DefaultRetryMin       = 100 * time.Millisecond
+	DefaultRetryMax       = time.Second
+)
+
+const (
+	// settleTimeout bounds the wait for the cache to hold what a pass
+	// applied.
+	settleTimeout = time.Second
+	// fightUndos undos in a row, each within fightGap of the last, make a
+	// fight.
+	fightUndos = 3
+	fightGap   = time.Minute
+	// forgetAfter drops what the Reconciler knows of an object it has not
+	// touched for this long.
+	forgetAfter = 10 * time.Minute
+)
 
 // errIncomplete is Run's error when a required field is missing.
 var errIncomplete = errors.New("netwatch: reconciler needs a Watcher, an Applier and a Policy")
 
-// Run runs a pass at once, then after every change of the cache, after a
-// failed pass (with backoff) and at every Resync, until ctx ends; then it
-// returns nil. It returns an error only when the Reconciler is incomplete.
+// Trigger asks for a pass soon, as a change of the cache does: for what
+// the policy reads from outside the view. It does not block and may be
+// called from any goroutine, before Run too.
+func (r *Reconciler) Trigger() { r.trig.fire() }
+
+// Converged reports whether the last pass planned and left nothing to do.
+func (r *Reconciler) Converged() bool { return r.converged.Load() }
+
+// Run runs passes until ctx ends, then returns nil: the first once the
+// cache is synced, then after every change of the cache, every Trigger,
+// every failed pass (with backoff) and every Resync. It returns an error
+// only when the Reconciler is incomplete.
 func (r *Reconciler) Run(ctx context.Context) error {
+	l, err := r.newLoop()
+	if err != nil {
+		return err
+	}
+	return l.run(ctx)
+}
+
+// ErrNotConverged is Once's error when passes keep finding work.
+var ErrNotConverged = errors.New("netwatch: not converged")
+
+// Once waits until the cache is synced and the policy can tell (or ctx
+// ends), then runs passes until one finds nothing to do: it returns nil
+// then, the first failure of a pass, or ErrNotConverged after a few passes
+// that each left work. It is `marksplit once`: the Watcher must be running.
+func (r *Reconciler) Once(ctx context.Context) error {
+	l, err := r.newLoop()
+	if err != nil {
+		return err
+	}
+	const passes = 4
+	for i := 0; ; {
+		p, lines, ch := l.pass(ctx)
+		switch {
+		case p.Err != nil:
+			return p.Err
+		case !p.Planned:
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("netwatch: nothing planned: %w", ctx.Err())
+			case <-ch:
+			case <-r.trig.c():
+			}
+			continue
+		case len(lines) == 0 && p.Deferred == 0:
+			return nil
+		}
+		if i++; i == passes {
+			return fmt.Errorf("%w after %d passes: %s", ErrNotConverged, passes, lines[0])
+		}
+		if p.Deferred > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(l.interval):
+			}
+		}
+	}
+}
+
+// trigger is a wake-up that any goroutine may fire.
+type trigger struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (t *trigger) c() chan struct{} {
+	t.once.Do(func() { t.ch = make(chan struct{}, 1) })
+	return t.ch
+}
+
+func (t *trigger) fire() {
+	select {
+	case t.c() <- struct{}{}:
+	default:
+	}
+}
+
+// loop is a Reconciler's state while it runs.
+type loop struct {
+	r        *Reconciler
+	log      *slog.Logger
+	describe func(Op, func(uint32) (Link, bool)) string
+	window   time.Duration
+	lastPass time.Time // when the last pass began
+	burst    int
+	interval time.Duration
+	bo       backoff.BackOff
+	objs     map[objectID]*object
+	mark     uint64    // journal position observed so far
+	port     uint32    // the Applier's netlink port
+	lastErr  string    // of the last failed pass, logged once
+	fights   int       // objects in a fight now
+	fightEnd time.Time // when the next fight ends if nothing happens
+	gcAt     time.Time // when to forget old objects next
+}
+
+func (r *Reconciler) newLoop() (*loop, error) {
 	if r.Watcher == nil || r.Applier == nil || r.Policy == nil {
-		return errIncomplete
+		return nil, errIncomplete
 	}
-	log := r.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	l := &loop{r: r, log: r.Logger, describe: r.Describe, objs: make(map[objectID]*object), port: r.Applier.c.PID()}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
 	}
-	var bo backoff.BackOff
-	if r.Backoff != nil {
-		bo = r.Backoff()
-	} else {
-		bo = backoff.NewExponentialBackOff(
-			backoff.WithInitialInterval(100*time.Millisecond),
-			backoff.WithMaxInterval(30*time.Second),
-			backoff.WithMaxElapsedTime(0))
+	if l.describe == nil {
+		l.describe = Op.Describe
 	}
-	retry := time.NewTimer(0)
-	<-retry.C
-	defer retry.Stop()
+	l.window = or(r.Coalesce, DefaultCoalesce)
+	if r.Coalesce < 0 {
+		l.window = 0
+	}
+	l.burst = r.RepairBurst
+	if l.burst <= 0 {
+		l.burst = DefaultRepairBurst
+	}
+	l.interval = or(r.RepairInterval, DefaultRepairInterval)
+	l.bo = backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(or(r.RetryMin, DefaultRetryMin)),
+		backoff.WithMaxInterval(or(r.RetryMax, DefaultRetryMax)),
+		backoff.WithRandomizationFactor(0.2),
+		backoff.WithMaxElapsedTime(0))
+	return l, nil
+}
+
+func or(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+func (l *loop) run(ctx context.Context) error {
 	var tick <-chan time.Time
-	if r.Resync > 0 {
-		t := time.NewTicker(r.Resync)
+	if l.r.Resync > 0 {
+		t := time.NewTicker(l.r.Resync)
 		defer t.Stop()
 		tick = t.C
 	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
-		applied, err := r.pass(log)
-		if len(applied) > 0 {
-			r.settle(ctx)
+		p, _, changed := l.pass(ctx)
+		wake := l.next(p) // when a pass is due without a trigger
+		if l.r.OnPass != nil {
+			l.r.OnPass(p)
 		}
-		switch {
-		case err != nil:
-			d := bo.NextBackOff()
-			log.Warn("netwatch: reconcile pass failed; retrying", "err", err, "in", d)
-			retry.Reset(d)
-		case len(applied) > 0:
-			continue // look again now, at a view with the changes
-		default:
-			bo.Reset()
-		}
-		select {
-		case <-ctx.Done():
+		if !l.wait(ctx, changed, wake, tick, timer) || !l.coalesce(ctx) {
 			return nil
-		case <-tick:
-			r.Watcher.Resync() // its result arrives on Notify; this pass has nothing new
-		case <-r.Watcher.Notify():
-		case <-retry.C:
 		}
 	}
 }
 
-// plan reads the cache and returns the operations the policy asks for,
-// and each one's log line when describe is set.
-func (r *Reconciler) plan(describe func(Op, func(uint32) (Link, bool)) string) (ops []Op, lines []string, err error) {
-	r.Watcher.Read(func(v View) {
-		if !v.Synced() {
-			return // the watcher notifies when it is
+// wait waits until a pass is due: a change of the cache after the last
+// pass's view, a Trigger, or wake. It asks for the periodic resyncs
+// meanwhile, and reports false when ctx ends.
+func (l *loop) wait(ctx context.Context, changed <-chan struct{}, wake time.Time, tick <-chan time.Time, timer *time.Timer) bool {
+	if !wake.IsZero() {
+		timer.Reset(max(time.Until(wake), 0))
+		defer timer.Stop()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick:
+			l.r.Watcher.Resync() // its result is a change of the cache
+		case <-changed:
+			return true
+		case <-l.r.trig.c():
+			return true
+		case <-timer.C:
+			if !wake.IsZero() && !time.Now().Before(wake) {
+				return true
+			}
 		}
-		d, ok := r.Policy(v)
+	}
+}
+
+// coalesce waits, when the last pass began less than the window ago,
+// until the window has passed: the first change after a quiet spell is
+// acted on at once, and a burst costs one pass per window. It reports
+// false when ctx ends.
+func (l *loop) coalesce(ctx context.Context) bool {
+	d := time.Until(l.lastPass.Add(l.window))
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// next returns when the next pass is due without a trigger: a retry, a
+// deferred operation, the end of a fight; zero for none.
+func (l *loop) next(p Pass) time.Time {
+	now := time.Now()
+	var wake time.Time
+	at := func(t time.Time) {
+		if wake.IsZero() || t.Before(wake) {
+			wake = t
+		}
+	}
+	if p.Err != nil && !isPlanError(p.Err) {
+		at(now.Add(l.bo.NextBackOff()))
+	} else if p.Err == nil {
+		l.bo.Reset()
+	}
+	if p.Deferred > 0 {
+		at(now.Add(l.interval))
+	}
+	if !l.fightEnd.IsZero() {
+		at(l.fightEnd)
+	}
+	return wake
+}
+
+// pass plans from the cache and applies what the rate limit allows,
+// reporting each change. It returns the pass, the lines of the operations
+// planned, and the channel closed at the next change after the view it
+// planned from.
+func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan struct{}) {
+	now := time.Now()
+	l.lastPass = now
+	var ops []Op
+	var texts []string // each op's object, for fights
+	l.r.Watcher.Read(func(v View) {
+		changed = v.Changed()
+		l.observe(v, now)
+		if !v.Synced() {
+			return // the watcher's sync is a change
+		}
+		d, ok := l.r.Policy(v)
 		if !ok {
 			return
 		}
-		if ops, err = Plan(v, d); err != nil || len(ops) == 0 || describe == nil {
+		p.Planned = true
+		if ops, p.Err = Plan(v, d); p.Err != nil || len(ops) == 0 {
 			return
 		}
 		lines = make([]string, len(ops))
+		texts = make([]string, len(ops))
 		for i, op := range ops {
-			lines[i] = describe(op, v.Link)
+			lines[i] = l.describe(op, v.Link)
+			texts[i] = objectText(op, v.Link)
 		}
 	})
-	return ops, lines, err
+	l.fightEnd = l.sweep(now)
+	switch {
+	case !p.Planned:
+		l.r.converged.Store(false)
+		return p, nil, changed
+	case p.Err != nil:
+		l.failed(p.Err)
+		return p, nil, changed
+	case len(ops) == 0:
+		l.recovered()
+		l.r.converged.Store(true)
+		return p, nil, changed
+	}
+	n := l.admit(ops, texts, now)
+	p.Deferred = len(ops) - n
+	res, err := l.r.Applier.Apply(ops[:n])
+	for i, x := range res {
+		switch {
+		case errors.Is(x.Err, ErrSkipped):
+		case x.Err != nil:
+			p.Failed = append(p.Failed, x.Op)
+		case x.Already:
+			p.Already = append(p.Already, x.Op)
+			l.made(ops[i], now)
+		default:
+			p.Applied = append(p.Applied, x.Op)
+			l.made(ops[i], now)
+			if l.r.OnChange != nil {
+				l.r.OnChange(x.Op, lines[i])
+			} else {
+				l.log.Info(lines[i])
+			}
+		}
+	}
+	if err != nil {
+		p.Err = err
+		l.failed(err)
+	} else {
+		l.recovered()
+	}
+	l.r.converged.Store(false)
+	if len(p.Applied) > 0 || len(p.Already) > 0 {
+		// Plan the next pass from a view that shows these changes, or it
+		// would make (and log) them again.
+		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
+		l.r.Watcher.Barrier(sctx)
+		cancel()
+	}
+	return p, lines, changed
 }
 
-// pass plans from the cache and applies the plan, logging each change. It
-// returns the operations that succeeded.
-func (r *Reconciler) pass(log *slog.Logger) ([]Op, error) {
-	describe := r.Describe
-	if describe == nil {
-		describe = Op.Describe
-	}
-	ops, lines, err := r.plan(describe)
-	if err != nil || len(ops) == 0 {
-		if err != nil && r.OnPass != nil {
-			r.OnPass(nil, err)
-		}
-		return nil, err
-	}
-	res, err := r.Applier.Apply(ops)
-	var applied []Op
-	for i, res := range res {
-		if res.Err == nil {
-			log.Info(lines[i])
-			applied = append(applied, res.Op)
+// failed logs a pass's failure, once per kind of failure.
+func (l *loop) failed(err error) {
+	l.r.converged.Store(false)
+	if msg := err.Error(); msg != l.lastErr {
+		l.lastErr = msg
+		if isPlanError(err) {
+			l.log.Error("netwatch: the policy's desired state cannot be planned; waiting for a change", "err", err)
+		} else {
+			l.log.Warn("netwatch: reconcile pass failed; retrying", "err", err)
 		}
 	}
-	if r.OnPass != nil {
-		r.OnPass(applied, err)
-	}
-	return applied, err
 }
 
-// settle waits, at most settleTimeout, until the cache holds the changes a
-// pass applied (Barrier): a pass planned from a view that lags behind them
-// would make, and log, the same changes again.
-func (r *Reconciler) settle(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
-	defer cancel()
-	r.Watcher.Barrier(ctx) // on failure the next pass sees what it sees
+// recovered notes a pass that did not fail.
+func (l *loop) recovered() {
+	if l.lastErr != "" {
+		l.log.Info("netwatch: reconcile passes succeed again", "after", l.lastErr)
+		l.lastErr = ""
+	}
+}
+
+func isPlanError(err error) bool {
+	var pe *PlanError
+	return errors.As(err, &pe)
 }

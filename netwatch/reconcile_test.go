@@ -5,10 +5,13 @@ package netwatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,14 +93,17 @@ func startReconciler(t *testing.T, k *nltest.Kernel, r *Reconciler) (<-chan pass
 	passes := make(chan passResult, 16)
 	r.Watcher, r.Applier, r.Logger = w, a, slog.New(rec)
 	ctx, cancel := context.WithCancel(context.Background())
-	r.OnPass = func(applied []Op, err error) {
+	r.OnPass = func(p Pass) {
+		if len(p.Applied)+len(p.Already) == 0 && p.Err == nil {
+			return // nothing to do
+		}
 		select {
-		case passes <- passResult{applied, err}:
+		case passes <- passResult{p.Applied, p.Err}:
 		case <-ctx.Done():
 		}
 	}
-	if r.Backoff == nil {
-		r.Backoff = fastBackoff
+	if r.RetryMin == 0 {
+		r.RetryMin, r.RetryMax = time.Millisecond, time.Millisecond
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
@@ -312,5 +318,154 @@ func TestReconcilerIncomplete(t *testing.T) {
 		if err := r.Run(context.Background()); !errors.Is(err, errIncomplete) {
 			t.Errorf("Run(%+v): %v, want errIncomplete", r, err)
 		}
+	}
+}
+
+// hotDeleter deletes rule as fast as it can from another program's socket
+// until stop is closed, and counts its successful deletions.
+func hotDeleter(t *testing.T, k *nltest.Kernel, rule nltest.Rule, stop <-chan struct{}) <-chan int {
+	t.Helper()
+	prog := newProgram(t, k)
+	n := make(chan int, 1)
+	go func() {
+		deleted := 0
+		for {
+			select {
+			case <-stop:
+				n <- deleted
+				return
+			default:
+			}
+			if prog.DelRule(rule) == nil {
+				deleted++
+			}
+			time.Sleep(50 * time.Microsecond) // a program in a loop; not a wait for a condition
+		}
+	}()
+	return n
+}
+
+// TestReconcilerFight: another program deletes the rule as fast as it can.
+// The rule is repaired at most RepairBurst times at once and then once per
+// RepairInterval, one warning names the program, OnFight hears of the
+// fight and of its end, and once the program stops the rule is back.
+func TestReconcilerFight(t *testing.T) {
+	k, eth := fakeHost(t)
+	var fmu sync.Mutex
+	var fights []Fight
+	r := &Reconciler{Policy: tunnelPolicy(eth), RepairInterval: 20 * time.Millisecond, OnFight: func(f Fight) {
+		fmu.Lock()
+		defer fmu.Unlock()
+		fights = append(fights, f)
+	}}
+	passes, rec := startReconciler(t, k, r)
+	nextPass(t, passes, "initial")
+	rule := Rule{Family: IPv4, Priority: 900, Table: 900, Action: ActionToTable, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}
+
+	stop := make(chan struct{})
+	start := time.Now()
+	deleted := hotDeleter(t, k, nltest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}, stop)
+	// Let it fight for 40 repair intervals.
+	deadline := time.After(5 * time.Second)
+	repairs := 0
+	for time.Since(start) < 40*r.RepairInterval {
+		select {
+		case p := <-passes:
+			repairs += len(p.applied)
+		case <-deadline:
+			t.Fatal("the fight did not end in 5 s")
+		}
+	}
+	close(stop)
+	elapsed := time.Since(start)
+	n := <-deleted
+	if n < 5 {
+		t.Fatalf("the program deleted the rule only %d times: no fight to test", n)
+	}
+	// At most the burst, then one per interval (twice that, for the
+	// scheduler's slack); and the fight must not have starved it either.
+	if limit := DefaultRepairBurst + 2*int(elapsed/r.RepairInterval); repairs > limit {
+		t.Errorf("%d repairs in %v, more than %d: the rate limit did not hold", repairs, elapsed, limit)
+	}
+	waitRule(t, k, rule, "after the program stopped")
+	waitFights(t, &fmu, &fights, 2)
+	fmu.Lock()
+	got := fights
+	fmu.Unlock()
+	if got[0].Over || !got[1].Over || got[0].Object != "rule 900" || got[0].By.Kind != OriginProgram || got[0].Undos < fightUndos {
+		t.Errorf("fights: %+v; want a start and an end, on rule 900, by the program", got)
+	}
+	warns := 0
+	for _, l := range rec.take() {
+		if strings.HasPrefix(l, "WARN fight: rule 900: not fwmark 0xe00/0xf00 lookup 900 undone ") {
+			warns++
+			if !strings.Contains(l, " by netlink port ") || !strings.HasSuffix(l, "; repairing at most every 20ms") {
+				t.Errorf("warning %q: want the program's port and the interval", l)
+			}
+		}
+	}
+	if warns != 1 {
+		t.Errorf("%d fight warnings, want 1", warns)
+	}
+}
+
+// TestReconcilerKernelFlushIsNoFight: the kernel flushing the table's
+// IPv4 routes with their link, again and again, is repaired every time and
+// is no fight.
+func TestReconcilerKernelFlushIsNoFight(t *testing.T) {
+	k, eth := fakeHost(t)
+	var fights atomic.Int32
+	r := &Reconciler{Policy: tunnelPolicy(eth), OnFight: func(Fight) { fights.Add(1) }}
+	_, rec := startReconciler(t, k, r)
+	route := nltest.Route{Table: 900, Dst: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
+		Index: eth, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355, Protocol: 77}
+	for i := range 10 {
+		waitRoute(t, k, route, fmt.Sprintf("flap %d", i))
+		for _, up := range []bool{false, true} {
+			if err := k.SetLinkUp(eth, up); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitRoute(t, k, route, "after the flaps")
+	for _, l := range rec.take() {
+		if strings.Contains(l, "fight") {
+			t.Errorf("logged %q for the kernel's own flushes", l)
+		}
+	}
+	if n := fights.Load(); n != 0 {
+		t.Errorf("%d fights reported for the kernel's own flushes", n)
+	}
+}
+
+func waitRule(t *testing.T, k *nltest.Kernel, r Rule, what string) {
+	t.Helper()
+	if !nltest.Poll(func() bool {
+		for _, kr := range k.Rules() {
+			if kr.Family == unix.AF_INET && kr.Priority == r.Priority && kr.Table == uint32(r.Table) && kr.Invert == r.Invert {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("%s: rule %v not back", what, r)
+	}
+}
+
+func waitRoute(t *testing.T, k *nltest.Kernel, r nltest.Route, what string) {
+	t.Helper()
+	if !nltest.Poll(func() bool {
+		return slices.ContainsFunc(k.Routes(), func(kr nltest.Route) bool {
+			return kr.Table == r.Table && kr.Dst == r.Dst && kr.MTU == r.MTU && kr.Index == r.Index
+		})
+	}) {
+		t.Fatalf("%s: route %v not in the kernel: %v", what, r, k.Routes())
+	}
+}
+
+func waitFights(t *testing.T, mu *sync.Mutex, fights *[]Fight, n int) {
+	t.Helper()
+	if !nltest.Poll(func() bool { mu.Lock(); defer mu.Unlock(); return len(*fights) >= n }) {
+		t.Fatalf("fights: %+v, want %d reports", *fights, n)
 	}
 }

@@ -69,13 +69,17 @@ func (s Snapshot) View() View {
 	for _, r := range s.Rules {
 		st.rules[fi(r.Family)] = append(st.rules[fi(r.Family)], r)
 	}
-	return View{st}
+	return View{s: st}
 }
 
 // View is a consistent, read-only view of a cache. One obtained from
 // Watcher.Read is valid only during the callback; one from Snapshot.View
 // for as long as it is kept.
-type View struct{ s *state }
+type View struct {
+	s       *state
+	j       *journal      // nil for a Snapshot's view
+	changed chan struct{} // closed at the next change after the view; nil for a Snapshot's
+}
 
 // Synced reports whether the view reflects a complete dump plus every event
 // since. A view that is not synced must not be used to remove anything.
@@ -83,6 +87,35 @@ func (v View) Synced() bool { return v.s != nil && v.s.synced }
 
 // Generation counts the changes applied to the cache.
 func (v View) Generation() uint64 { return v.s.gen }
+
+// Changed returns a channel that is closed at the first change of the cache
+// after this view; it may be kept after the view is not. A Snapshot's view
+// never changes: its channel is nil, which blocks for ever.
+func (v View) Changed() <-chan struct{} { return v.changed }
+
+// Mark returns the journal position after the last change this view holds,
+// for a later view's Changes.
+func (v View) Mark() uint64 {
+	if v.j == nil {
+		return 0
+	}
+	return v.j.next
+}
+
+// Changes yields the changes the cache recorded after mark (a Mark of an
+// earlier view), oldest first, each with its Origin: the events applied
+// and the differences resyncs found. The journal keeps the last
+// JournalLen changes; complete is false when some after mark have left it.
+// This is how a program learns who changed an object it cares about since
+// it last looked (the Reconciler tells another program's undo from the
+// kernel's flush this way). A Snapshot's view has no journal and yields
+// nothing.
+func (v View) Changes(mark uint64) (changes iter.Seq[Event], complete bool) {
+	if v.j == nil {
+		return func(func(Event) bool) {}, true
+	}
+	return v.j.since(mark)
+}
 
 // Link returns the link with the given index.
 func (v View) Link(index uint32) (Link, bool) {

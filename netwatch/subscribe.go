@@ -33,7 +33,7 @@ func (w *Watcher) Subscribe(buf int, start func(View)) *Subscription {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if start != nil {
-		start(View{w.st})
+		start(View{s: w.st, j: &w.journal, changed: w.changed})
 	}
 	w.subs[s] = struct{}{}
 	return s
@@ -66,9 +66,12 @@ func (s *Subscription) end(err error) {
 	})
 }
 
-// publish sends ev to every subscriber; called with w.mu held for writing.
+// publish records ev in the journal and sends it to every subscriber;
+// called with w.mu held for writing.
 func (w *Watcher) publish(ev Event) {
+	created := ev.Kind == KindRoute && ev.Op == EventNew && ev.excl
 	ev.replace, ev.appendRoute, ev.excl, ev.prepend, ev.dumped = false, false, false, false, false
+	w.journal.add(ev, created)
 	for s := range w.subs {
 		select {
 		case s.c <- ev:
@@ -76,6 +79,12 @@ func (w *Watcher) publish(ev Event) {
 			s.end(ErrLagged)
 		}
 	}
+}
+
+// publishResync publishes a difference a re-dump found.
+func (w *Watcher) publishResync(ev Event) {
+	ev.Origin = Origin{Kind: OriginResync}
+	w.publish(ev)
 }
 
 // diffStates publishes the changes between two states as events:

@@ -109,7 +109,13 @@ type Watcher struct {
 	// subs receive every change; see Subscribe.
 	subs map[*Subscription]struct{}
 
-	notify chan uint64
+	// changed is closed at the next change of st and replaced; see
+	// Changed. Guarded by mu.
+	changed chan struct{}
+	// journal keeps the latest changes for View.Changes; guarded by mu.
+	journal journal
+	// owners finds the processes behind the ports of notifications.
+	owners ownerFinder
 
 	resyncReq atomic.Bool
 	kickMu    sync.Mutex
@@ -146,15 +152,19 @@ func New(opts Options) *Watcher {
 				backoff.WithMaxElapsedTime(0))
 		}
 	}
-	return &Watcher{
-		opts:   opts,
-		tables: newTableFilter(opts.RouteTables),
-		log:    opts.Logger,
-		st:     newState(),
-		subs:   make(map[*Subscription]struct{}),
-		notify: make(chan uint64, 1),
-		stats:  Stats{Events: make(map[Kind]uint64), Resyncs: make(map[ResyncCause]uint64)},
+	w := &Watcher{
+		opts:    opts,
+		tables:  newTableFilter(opts.RouteTables),
+		log:     opts.Logger,
+		st:      newState(),
+		subs:    make(map[*Subscription]struct{}),
+		changed: make(chan struct{}),
+		stats:   Stats{Events: make(map[Kind]uint64), Resyncs: make(map[ResyncCause]uint64)},
 	}
+	if d, ok := opts.Dialer.(interface{ owners() ownerFinder }); ok {
+		w.owners = d.owners()
+	}
+	return w
 }
 
 // Read calls fn with a consistent view of the cache. Events wait while fn
@@ -162,7 +172,7 @@ func New(opts Options) *Watcher {
 func (w *Watcher) Read(fn func(View)) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	fn(View{w.st})
+	fn(View{s: w.st, j: &w.journal, changed: w.changed})
 }
 
 // Synced reports whether the cache currently mirrors the kernel.
@@ -172,10 +182,34 @@ func (w *Watcher) Synced() bool {
 	return w.st.synced
 }
 
-// Notify returns a channel that carries the cache's generation after it
-// changes, coalesced: a slow reader sees only the latest. It has one
-// reader; others use Subscribe.
-func (w *Watcher) Notify() <-chan uint64 { return w.notify }
+// Changed returns a channel that is closed at the next change of the cache
+// after the call: an event applied, a resync swapped in, the cache becoming
+// synced or unsynced. Any number of goroutines may wait on it; to wait for
+// a condition, take the channel, check the condition, then wait:
+//
+//	for ch := w.Changed(); !cond(); ch = w.Changed() {
+//		<-ch
+//	}
+func (w *Watcher) Changed() <-chan struct{} {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.changed
+}
+
+// WaitSynced waits until the cache is synced, or returns ctx's error.
+func (w *Watcher) WaitSynced(ctx context.Context) error {
+	for {
+		ch := w.Changed()
+		if w.Synced() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
 
 // Resync asks a running watcher to dump everything again, as a periodic
 // safety net. It does not wait.
@@ -262,7 +296,7 @@ func (w *Watcher) setUnsynced() {
 	if w.st.synced {
 		w.st.synced = false
 		w.st.gen++
-		w.signal(w.st.gen)
+		w.signal()
 	}
 }
 
@@ -297,6 +331,8 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 	var (
 		batch   []Event
 		replies []uint32 // to Barrier calls, read in this round
+		pending redumps  // re-dumps waiting for the drain
+		drain   uint32   // the drain request's sequence; 0 when none is out
 	)
 	// doneRound ends the Barrier calls whose replies came in this round,
 	// once what came before them is in the cache.
@@ -307,8 +343,8 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 		}
 	}
 	for {
-		var redump redumps
 		var recvErr error
+		drained := false
 		batch = batch[:0]
 		pid := mc.PID()
 		for m, err := range mc.ReceiveIter() {
@@ -317,14 +353,18 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 				break
 			}
 			if m.Header.PID == pid {
-				// A reply to our own request: a Barrier's.
-				replies = append(replies, m.Header.Sequence)
+				// A reply to our own request: the drain's or a Barrier's.
+				if drain != 0 && m.Header.Sequence == drain {
+					drained = true
+				} else {
+					replies = append(replies, m.Header.Sequence)
+				}
 				continue
 			}
 			if m.Header.Type == unix.RTM_DELNEXTHOP {
 				// The kernel flushes the IPv4 routes that used the
 				// object and shrinks the groups it was in, silently.
-				redump[0], redump[1] = true, true
+				pending[0], pending[1] = true, true
 				continue
 			}
 			ev, err := decode(m, w.tables)
@@ -341,12 +381,13 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 				w.resyncReq.Store(true)
 				continue
 			}
+			ev.Origin = w.origin(m.Header.PID)
 			batch = append(batch, ev)
 		}
 		if len(batch) > 0 {
 			rd := w.applyBatch(batch)
-			for i := range redump {
-				redump[i] = redump[i] || rd[i]
+			for i := range pending {
+				pending[i] = pending[i] || rd[i]
 			}
 		}
 		switch {
@@ -379,6 +420,7 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 			if err := w.fullSync(rc, ResyncOverflow); err != nil {
 				return err
 			}
+			pending, drain = redumps{}, 0
 			doneRound()
 			continue
 		default:
@@ -388,21 +430,50 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 			if err := w.fullSync(rc, ResyncRequested); err != nil {
 				return err
 			}
+			pending, drain = redumps{}, 0 // a late drain reply is ignored
 			doneRound()
 			continue
 		}
-		if redump[0] || redump[1] {
-			if err := w.redumpRoutes(rc, redump); err != nil {
+		if pending != (redumps{}) {
+			if drain == 0 {
+				// The kernel makes its silent changes under the RTNL
+				// lock after sending the event that implies them, and
+				// may send more events meanwhile (the IPv6 routes of a
+				// link going down). Wait for the lock, then read what it
+				// queued before re-dumping: those events keep their
+				// origins, and the re-dump compares with a cache that
+				// has them. Barriers wait for the re-dump.
+				rtnlBarrier(rc)
+				drain = w.bar.next()
+				if err := sendBarrier(mc, drain); err != nil {
+					return err
+				}
+				continue
+			}
+			if !drained {
+				continue
+			}
+			drain = 0
+			if err := w.redump(rc, pending); err != nil {
 				return err
 			}
-		}
-		if redump[redumpRules] {
-			if err := w.redumpRules(rc); err != nil {
-				return err
-			}
+			pending = redumps{}
 		}
 		doneRound()
 	}
+}
+
+// redump re-reads what pending says.
+func (w *Watcher) redump(rc Conn, pending redumps) error {
+	if pending[0] || pending[1] {
+		if err := w.redumpRoutes(rc, pending); err != nil {
+			return err
+		}
+	}
+	if pending[redumpRules] {
+		return w.redumpRules(rc)
+	}
+	return nil
 }
 
 // applyBatch applies events to the cache under one lock and tells
@@ -427,7 +498,7 @@ func (w *Watcher) applyBatch(batch []Event) (redump redumps) {
 	}
 	if n > 0 {
 		w.st.gen += uint64(n)
-		w.signal(w.st.gen)
+		w.signal()
 	}
 	w.statMu.Lock()
 	for k, c := range byKind {
@@ -439,12 +510,27 @@ func (w *Watcher) applyBatch(batch []Event) (redump redumps) {
 	return redump
 }
 
-func (w *Watcher) signal(gen uint64) {
-	select {
-	case <-w.notify:
-	default:
+// signal wakes the waiters of Changed; called with mu held for writing.
+func (w *Watcher) signal() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// origin names who caused a notification sent with port in its header.
+func (w *Watcher) origin(port uint32) Origin {
+	if port == 0 {
+		return Origin{Kind: OriginKernel}
 	}
-	w.notify <- gen
+	o := Origin{Kind: OriginProgram, Port: port}
+	if w.owners != nil {
+		if pid, comm, ok := w.owners.find(port); ok {
+			o.PID, o.Comm = pid, comm
+			if pid == os.Getpid() {
+				o.Kind = OriginSelf
+			}
+		}
+	}
+	return o
 }
 
 // fullSync dumps everything into a new state and swaps it in.
@@ -470,11 +556,12 @@ func (w *Watcher) fullSync(rc Conn, cause ResyncCause) error {
 	old := w.st
 	next.synced = true
 	next.gen = old.gen + 1
-	if len(w.subs) > 0 {
-		diffStates(old, next, w.publish)
+	if cause != ResyncInitial {
+		// What differs was changed without an event reaching the cache.
+		diffStates(old, next, w.publishResync)
 	}
 	w.st = next
-	w.signal(next.gen)
+	w.signal()
 	w.mu.Unlock()
 	// The dump started after any Barrier sent on an earlier socket.
 	w.kickMu.Lock()
@@ -496,7 +583,6 @@ func (w *Watcher) fullSync(rc Conn, cause ResyncCause) error {
 // the kernel makes without events.
 func (w *Watcher) redumpRoutes(rc Conn, fams redumps) error {
 	defer w.releaseDumpBuffers()
-	rtnlBarrier(rc)
 	for i, f := range []Family{IPv4, IPv6} {
 		if !fams[i] {
 			continue
@@ -506,12 +592,10 @@ func (w *Watcher) redumpRoutes(rc Conn, fams redumps) error {
 			return err
 		}
 		w.mu.Lock()
-		if len(w.subs) > 0 {
-			diffTables(w.st.tables[i], next.tables[i], w.publish)
-		}
+		diffTables(w.st.tables[i], next.tables[i], w.publishResync)
 		w.st.tables[i] = next.tables[i]
 		w.st.gen++
-		w.signal(w.st.gen)
+		w.signal()
 		w.mu.Unlock()
 		w.statMu.Lock()
 		w.stats.Resyncs[ResyncRoutes]++
@@ -531,14 +615,12 @@ func (w *Watcher) redumpRules(rc Conn) error {
 		}
 	}
 	w.mu.Lock()
-	if len(w.subs) > 0 {
-		for f := range next.rules {
-			diffRules(w.st.rules[f], next.rules[f], w.publish)
-		}
+	for f := range next.rules {
+		diffRules(w.st.rules[f], next.rules[f], w.publishResync)
 	}
 	w.st.rules = next.rules
 	w.st.gen++
-	w.signal(w.st.gen)
+	w.signal()
 	w.mu.Unlock()
 	w.statMu.Lock()
 	w.stats.Resyncs[ResyncRules]++

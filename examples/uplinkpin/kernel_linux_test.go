@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/marksplit/marksplit/internal/nltest"
 )
@@ -127,4 +128,23 @@ func TestKernelSignal(t *testing.T) {
 	ns.WaitRoute(t, logs, "203.0.113.9", "0x100", want)
 	prog.Stop(t, syscall.SIGINT)
 	ns.WaitRoute(t, logs, "203.0.113.9", "0x100", want)
+}
+
+// TestKernelFight: a program deleting the rule as fast as it can does not
+// make uplinkpin spin, and the rule is back once it stops.
+func TestKernelFight(t *testing.T) {
+	ns := nltest.NewNetNS(t)
+	ns.LoUp(t)
+	ns.AddVeth(t, "eth1", nil, "eth1p")
+	ns.IP(t, "link", "set", "eth1p", "up")
+	ns.IP(t, "link", "set", "eth1", "up")
+	ns.IP(t, "addr", "add", "192.0.2.2/24", "dev", "eth1")
+	ns.IP(t, "route", "add", "default", "via", "192.0.2.1", "dev", "eth1", "metric", "200", "proto", "dhcp")
+	logs := ns.StartProgram(t, "uplinkpin", run, "--uplink", "eth1", "--mark", "0x100/0xff00")
+	hop := nltest.Hop{Dev: "eth1", Gateway: "192.0.2.1", Table: "920"}
+	ns.WaitRoute(t, logs, "203.0.113.9", "0x100", hop)
+	ns.CheckFight(t, logs, "rule del pref 920", "rule 920: fwmark 0x100/0xff00 lookup 920", 1500*time.Millisecond, func() bool {
+		got, _ := ns.RouteGet("203.0.113.9", "0x100")
+		return hop.Matches(got)
+	})
 }

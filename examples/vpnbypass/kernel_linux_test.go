@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/marksplit/marksplit/internal/nltest"
 )
@@ -114,4 +115,19 @@ func TestKernelSignal(t *testing.T) {
 	ns.WaitRoute(t, logs, "198.51.100.7", "", nltest.Hop{Dev: "vpn0", Table: "910"})
 	prog.Stop(t, syscall.SIGTERM)
 	ns.WaitRoute(t, logs, "198.51.100.7", "", nltest.Hop{Dev: "vpn0", Table: "910"})
+}
+
+// TestKernelFight: a program deleting the rule as fast as it can does not
+// make vpnbypass spin, and the rule is back once it stops.
+func TestKernelFight(t *testing.T) {
+	ns := nltest.NewNetNS(t)
+	ns.AddTun(t, "vpn0")
+	ns.IP(t, "link", "set", "vpn0", "up")
+	logs := ns.StartProgram(t, "vpnbypass", run, "--link", "vpn0", "--prefix", "198.51.100.0/24")
+	hop := nltest.Hop{Dev: "vpn0", Table: "910"}
+	ns.WaitRoute(t, logs, "198.51.100.7", "", hop)
+	ns.CheckFight(t, logs, "rule del pref 910", "rule 910: not fwmark 0x80000/0xff0000 lookup 910", 1500*time.Millisecond, func() bool {
+		got, _ := ns.RouteGet("198.51.100.7", "")
+		return hop.Matches(got)
+	})
 }

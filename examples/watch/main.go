@@ -68,13 +68,8 @@ func watch(ctx context.Context, w *netwatch.Watcher, once bool, out io.Writer) e
 	go func() { done <- w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	// Wait for the first sync.
-	for !w.Synced() {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-w.Notify():
-		}
+	if err := w.WaitSynced(ctx); err != nil {
+		return nil // interrupted before the first sync
 	}
 	bw := bufio.NewWriter(out)
 	enc := json.NewEncoder(bw)
@@ -108,7 +103,7 @@ func watch(ctx context.Context, w *netwatch.Watcher, once bool, out io.Writer) e
 					names[ev.Link.Index] = ev.Link.Name
 				}
 			}
-			if err := enc.Encode(line(ev, ev.Op.String(), names)); err != nil {
+			if err := enc.Encode(eventLine(ev, names)); err != nil {
 				return err
 			}
 			if len(sub.Events()) == 0 {

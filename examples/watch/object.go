@@ -9,9 +9,22 @@ import (
 // protocol, scope and type and a rule's priority, table and protocol are
 // always printed.
 
+// origin is who made the change an event line reports.
+type origin struct {
+	Origin string `json:"origin,omitempty"`
+	Port   uint32 `json:"port,omitempty"`
+	PID    int    `json:"pid,omitempty"`
+	Comm   string `json:"comm,omitempty"`
+}
+
+func originOf(o netwatch.Origin) origin {
+	return origin{Origin: o.Kind.String(), Port: o.Port, PID: o.PID, Comm: o.Comm}
+}
+
 type linkLine struct {
-	Kind      string `json:"kind"`
-	Event     string `json:"event,omitempty"`
+	Kind  string `json:"kind"`
+	Event string `json:"event,omitempty"`
+	origin
 	Index     uint32 `json:"index"`
 	Name      string `json:"name"`
 	MTU       uint32 `json:"mtu"`
@@ -21,16 +34,18 @@ type linkLine struct {
 }
 
 type addrLine struct {
-	Kind   string `json:"kind"`
-	Event  string `json:"event,omitempty"`
+	Kind  string `json:"kind"`
+	Event string `json:"event,omitempty"`
+	origin
 	Index  uint32 `json:"index"`
 	Prefix string `json:"prefix"`
 	Peer   string `json:"peer,omitempty"`
 }
 
 type routeLine struct {
-	Kind     string    `json:"kind"`
-	Event    string    `json:"event,omitempty"`
+	Kind  string `json:"kind"`
+	Event string `json:"event,omitempty"`
+	origin
 	Family   int       `json:"family"`
 	Table    uint32    `json:"table"`
 	Dst      string    `json:"dst"`
@@ -57,8 +72,9 @@ type hopLine struct {
 }
 
 type ruleLine struct {
-	Kind     string `json:"kind"`
-	Event    string `json:"event,omitempty"`
+	Kind  string `json:"kind"`
+	Event string `json:"event,omitempty"`
+	origin
 	Family   int    `json:"family"`
 	Priority uint32 `json:"priority"`
 	Table    uint32 `json:"table"`
@@ -72,6 +88,27 @@ type ruleLine struct {
 	IIF      string `json:"iif,omitempty"`
 	OIF      string `json:"oif,omitempty"`
 	Unknown  bool   `json:"unknown_attributes,omitempty"`
+}
+
+// eventLine returns the line of one change: the object's line with the
+// event and its origin.
+func eventLine(ev netwatch.Event, names map[uint32]string) any {
+	o := originOf(ev.Origin)
+	switch l := line(ev, ev.Op.String(), names).(type) {
+	case linkLine:
+		l.origin = o
+		return l
+	case addrLine:
+		l.origin = o
+		return l
+	case routeLine:
+		l.origin = o
+		return l
+	case ruleLine:
+		l.origin = o
+		return l
+	}
+	panic("unreachable")
 }
 
 // line returns the dump line of one object; event is "", "new" or "del".

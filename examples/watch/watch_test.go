@@ -384,6 +384,11 @@ func TestKernelWatchEvents(t *testing.T) {
 			if m["event"] != step.event || num(m["table"]) != 70000 || num(m["protocol"]) != 77 || num(m["type"]) != 6 {
 				t.Fatalf("after %q: line %v, want one with event %q for the route", step.cmd, m, step.event)
 			}
+			// ip(8) made it: the port of its socket, which it has closed
+			// by now, so its process is not known.
+			if m["origin"] != "program" || num(m["port"]) == 0 {
+				t.Errorf("after %q: line %v, want origin program with a port", step.cmd, m)
+			}
 			break
 		}
 	}

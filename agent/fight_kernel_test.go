@@ -1,0 +1,110 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// One `run` per table and network namespace: a second one exits 1 with one
+// line naming the first, which goes on undisturbed; once and cleanup refuse
+// beside it (cleanup saying how to stop it); plan and verify still work.
+func TestKernelOneAgentPerTable(t *testing.T) {
+	s := newSeed(t, true)
+	a := s.start(t, append(seedArgs, "--metrics-addr=")...)
+	eventually(t, 5*time.Second, "split", func() error { return s.splitAt(t, 1355) })
+
+	holder := fmt.Sprintf("kept by another marksplit (pid %d, marksplit)", a.cmd.Process.Pid)
+	for _, args := range [][]string{
+		append([]string{"run", "--metrics-addr="}, seedArgs...),
+		append([]string{"once"}, seedArgs...),
+	} {
+		stdout, stderr, code := s.command(t, args...)
+		if code != 1 || !strings.Contains(stderr, "table 900 in this network namespace is "+holder) || strings.Count(stderr, "\n") != 1 || stdout != "" {
+			t.Errorf("%s beside a running agent: exit %d, stdout %q, stderr %q; want exit 1 and one line naming it", args[0], code, stdout, stderr)
+		}
+	}
+	_, stderr, code := s.command(t, "cleanup", "--prefix=10.0.0.0/16")
+	if code != 1 || !strings.Contains(stderr, holder) || !strings.Contains(stderr, "docs/operations.md") || !strings.Contains(stderr, "MARKSPLIT_ENCRYPTION=off") {
+		t.Errorf("cleanup beside a running agent: exit %d, stderr %q; want exit 1, the holder and how to stop it", code, stderr)
+	}
+	if stdout, stderr, code := s.command(t, append([]string{"plan"}, seedArgs...)...); code != 0 || stdout != "" {
+		t.Errorf("plan beside a running agent: exit %d, stdout %q, stderr %q; want exit 0 and nothing to do", code, stdout, stderr)
+	}
+	if stdout, stderr, code := s.command(t, "verify", "--peer=10.0.0.9", "--prefix=10.0.0.0/16"); code != 0 {
+		t.Errorf("verify beside a running agent: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// The first agent was not disturbed: it still repairs.
+	s.ns.IP(t, "rule", "del", "pref", "900")
+	eventually(t, time.Second, "the rule restored by the first agent", func() error { return s.splitAt(t, 1355) })
+	if code, _ := a.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("first agent: exit %d", code)
+	}
+	// Its lock went with it.
+	b := s.start(t, append(seedArgs, "--metrics-addr=")...)
+	eventually(t, 5*time.Second, "a new agent after the first stopped", func() error {
+		return b.logged(t, "marksplit dev running")
+	})
+}
+
+// The underlay bounces again and again, its DHCP client adding its routes
+// back each time: the kernel's own flushes are no fight, and the table is
+// rebuilt after every bounce.
+func TestKernelUnderlayFlapsAreNoFight(t *testing.T) {
+	s := newSeed(t, true)
+	a := s.start(t, append(seedArgs, "--metrics-addr=")...)
+	eventually(t, 5*time.Second, "split", func() error { return s.splitAt(t, 1355) })
+	for i := range 10 {
+		s.ns.IP(t, "link", "set", "enp7s0", "down")
+		eventually(t, time.Second, fmt.Sprintf("bounce %d: nothing left to split", i), func() error { return s.unsplit(t) })
+		s.ns.IP(t, "link", "set", "enp7s0", "up")
+		s.dhcp(t, true)
+		eventually(t, time.Second, fmt.Sprintf("bounce %d: split again", i), func() error { return s.splitAt(t, 1355) })
+	}
+	for _, m := range a.messages(t) {
+		if strings.Contains(m, "fight") {
+			t.Errorf("the kernel's flushes were taken for a fight: %q", m)
+		}
+	}
+}
+
+// A long-lived program deletes the rule as fast as it can: at most a few
+// warnings, each naming it by command and PID, and once it stops the rule
+// is back.
+func TestKernelFightNamesProgram(t *testing.T) {
+	s := newSeed(t, true)
+	a := s.start(t, append(seedArgs, "--metrics-addr=")...)
+	eventually(t, 5*time.Second, "split", func() error { return s.splitAt(t, 1355) })
+	h := s.ns.StartFighter(t, "rule del pref 900")
+	pid := h.PID()
+	eventually(t, 5*time.Second, "a fight warning", func() error {
+		for _, m := range a.messages(t) {
+			if strings.HasPrefix(m, "fight: ") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no warning yet")
+	})
+	time.Sleep(2 * time.Second) // the fight goes on; this is its length, not a wait for a condition
+	h.Stop()
+	eventually(t, time.Second, "the rule back after the program stopped", func() error { return s.splitAt(t, 1355) })
+	warn := regexp.MustCompile(`^fight: rule 900: not fwmark 0xe00/0xf00 lookup 900 undone \d+ times in \S+ by ip\[` +
+		fmt.Sprint(pid) + `\]; repairing at most every 100ms$`)
+	var warnings []string
+	for _, m := range a.messages(t) {
+		if strings.HasPrefix(m, "fight: ") {
+			warnings = append(warnings, m)
+			if !warn.MatchString(m) {
+				t.Errorf("warning %q does not match %v", m, warn)
+			}
+		}
+	}
+	if len(warnings) == 0 || len(warnings) > 3 {
+		t.Errorf("%d fight warnings, want 1 to 3: %q", len(warnings), warnings)
+	}
+}

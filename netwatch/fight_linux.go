@@ -1,0 +1,230 @@
+//go:build linux
+
+package netwatch
+
+import (
+	"fmt"
+	"time"
+)
+
+// objectID names one kernel object for the per-object rate limit and for
+// fights: a route by its key, a rule by its encoding (rules have no key).
+type objectID struct {
+	route RouteKey
+	rule  string
+}
+
+func opObjectID(op Op) objectID {
+	if op.Kind == RuleAdd || op.Kind == RuleDelete {
+		return ruleID(op.Rule)
+	}
+	return objectID{route: op.Route.Key()}
+}
+
+func ruleID(r Rule) objectID {
+	b, err := encodeRule(r)
+	if err != nil {
+		return objectID{rule: r.String()}
+	}
+	return objectID{rule: string(b)}
+}
+
+// object is what the Reconciler knows of an object it has changed.
+type object struct {
+	name, text string // Fight.Object and Fight.Line
+	// tokens is the rate limit's bucket, as of at.
+	tokens float64
+	at     time.Time
+	// made is set while the kernel holds the object as the Reconciler
+	// last made it, as far as the journal tells: a change by another
+	// program then is an undo.
+	made    bool
+	touched time.Time
+
+	undos       int
+	first, last time.Time // of the episode's first and last undo
+	maxGap      time.Duration
+	by          Origin
+	fighting    bool
+}
+
+// observe reads the journal since the last pass: who changed the objects
+// the Reconciler made.
+func (l *loop) observe(v View, now time.Time) {
+	if v.j == nil {
+		return
+	}
+	entries, complete := v.j.entries(l.mark)
+	l.mark = v.j.next
+	if !complete {
+		// Changes were lost to the journal: whoever made them, they are
+		// not counted as undos.
+		for _, o := range l.objs {
+			o.made = false
+		}
+	}
+	if len(l.objs) == 0 {
+		return
+	}
+	for e := range entries {
+		var id objectID
+		switch e.ev.Kind {
+		case KindRoute:
+			id = objectID{route: e.ev.Route.Key()}
+		case KindRule:
+			id = ruleID(e.ev.Rule)
+		default:
+			continue
+		}
+		o := l.objs[id]
+		if o == nil {
+			continue
+		}
+		switch or := e.ev.Origin; {
+		case or.Kind == OriginSelf, or.Kind == OriginProgram && or.Port == l.port:
+			// Our own change, seen again.
+		case or.Kind == OriginProgram:
+			if o.made && !e.created {
+				l.undo(o, or, now)
+			}
+			o.made = false
+		default:
+			// The kernel's own change, or a resync's finding: never an
+			// undo, and what was made no longer stands.
+			o.made = false
+		}
+	}
+}
+
+// admit takes a token for each operation in order and returns how many
+// may run now: the rest wait for their objects' buckets to refill.
+func (l *loop) admit(ops []Op, texts []string, now time.Time) int {
+	for i, op := range ops {
+		id := opObjectID(op)
+		o := l.objs[id]
+		if o == nil {
+			o = &object{tokens: float64(l.burst), at: now}
+			l.objs[id] = o
+		}
+		o.tokens = min(float64(l.burst), o.tokens+float64(now.Sub(o.at))/float64(l.interval))
+		o.at = now
+		if o.tokens < 1 {
+			return i
+		}
+		o.tokens--
+		o.name, o.text, o.touched = objectName(op), texts[i], now
+	}
+	return len(ops)
+}
+
+// made records that the kernel holds op's object as op made it.
+func (l *loop) made(op Op, now time.Time) {
+	if o := l.objs[opObjectID(op)]; o != nil {
+		o.made, o.touched = true, now
+	}
+}
+
+// undo counts an undo of o by another program.
+func (l *loop) undo(o *object, by Origin, now time.Time) {
+	if o.undos > 0 && now.Sub(o.last) > fightGap {
+		o.undos, o.maxGap = 0, 0
+	}
+	if o.undos == 0 {
+		o.first = now
+	} else {
+		o.maxGap = max(o.maxGap, now.Sub(o.last))
+	}
+	o.undos++
+	o.last, o.by = now, by
+	if o.fighting || o.undos < fightUndos {
+		return
+	}
+	o.fighting = true
+	l.fights++
+	f := o.fight(now)
+	l.log.Warn(fmt.Sprintf("fight: %s undone %d times in %s by %s; repairing at most every %s",
+		o.text, o.undos, roundDuration(f.Since), by, roundDuration(l.interval)),
+		"object", o.name, "by", by.String(), "undos", o.undos)
+	if l.r.OnFight != nil {
+		l.r.OnFight(f)
+	}
+}
+
+func (o *object) fight(now time.Time) Fight {
+	return Fight{Object: o.name, Line: o.text, By: o.by, Undos: o.undos, Since: now.Sub(o.first)}
+}
+
+// sweep ends the fights over objects left alone for twice the longest
+// interval between their undos (at least a second), and, once a minute,
+// forgets objects untouched for a long time. It returns when the next
+// fight ends if nothing happens, zero for none.
+func (l *loop) sweep(now time.Time) (next time.Time) {
+	if l.fights == 0 && now.Before(l.gcAt) {
+		return time.Time{}
+	}
+	gc := !now.Before(l.gcAt)
+	if gc {
+		l.gcAt = now.Add(time.Minute)
+	}
+	for id, o := range l.objs {
+		if o.fighting {
+			end := o.last.Add(max(time.Second, 2*o.maxGap))
+			if now.Before(end) {
+				if next.IsZero() || end.Before(next) {
+					next = end
+				}
+				continue
+			}
+			o.fighting = false
+			l.fights--
+			f := o.fight(o.last)
+			f.Over = true
+			o.undos = 0
+			l.log.Info(fmt.Sprintf("fight over: %s undone %d times in %s by %s", o.text, f.Undos, roundDuration(f.Since), f.By))
+			if l.r.OnFight != nil {
+				l.r.OnFight(f)
+			}
+		}
+		if gc && now.Sub(o.touched) > forgetAfter && now.Sub(o.last) > forgetAfter {
+			delete(l.objs, id)
+		}
+	}
+	return next
+}
+
+// objectName names op's object in a few words, for a metric label.
+func objectName(op Op) string {
+	if op.Kind == RuleAdd || op.Kind == RuleDelete {
+		s := fmt.Sprintf("rule %d", op.Rule.Priority)
+		if op.Rule.Family == IPv6 {
+			s += " inet6"
+		}
+		return s
+	}
+	return "table " + op.Route.Table.String() + " " + op.Route.Dst.String()
+}
+
+// objectText names op's object as a log line does.
+func objectText(op Op, links func(uint32) (Link, bool)) string {
+	switch {
+	case op.Kind == RuleAdd || op.Kind == RuleDelete:
+		head, body := ruleText(op.Rule)
+		return head + ":" + body
+	case op.Repair:
+		s := op.Route.Protocol.String() + " route " + op.Route.Describe(links)
+		if op.Route.Table != TableMain {
+			s += " table " + op.Route.Table.String()
+		}
+		return s
+	}
+	return "table " + op.Route.Table.String() + ": " + op.Route.Describe(links)
+}
+
+// roundDuration rounds d for a log line: to the millisecond below a
+// second, else to a tenth of a second.
+func roundDuration(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(100 * time.Millisecond)
+}

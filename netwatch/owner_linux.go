@@ -1,0 +1,195 @@
+//go:build linux
+
+package netwatch
+
+import (
+	"encoding/binary"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// A notification names the requester only by its socket's netlink port.
+// portOwners finds the process behind a port: sock_diag (NETLINK_SOCK_DIAG
+// for AF_NETLINK, what ss -f netlink uses) lists the namespace's rtnetlink
+// sockets with their inodes, and /proc/PID/fd shows which process holds
+// the inode. A process's first netlink socket takes its process ID as the
+// port, so that process is looked at first; a full scan of /proc is the
+// fallback, at most once a second. Owners are cached per port and checked
+// again after ownerTTL, so a busy program costs one look-up a second, not
+// one per event.
+type portOwners struct {
+	netns int // the sockets' namespace, as KernelDialer.NetNS
+	self  int // this process's ID
+
+	mu     sync.Mutex
+	inodes map[uint32]uint64 // port → socket inode, from the last listing
+	listed time.Time
+	known  map[uint32]portOwner
+	missed map[uint32]time.Time // ports looked for and not found, and when
+	scan   time.Time            // of the last full scan of /proc
+}
+
+type portOwner struct {
+	inode uint64
+	pid   int
+	comm  string
+	seen  time.Time
+}
+
+const (
+	ownerTTL     = time.Second
+	listInterval = 100 * time.Millisecond
+	scanInterval = time.Second
+)
+
+func newPortOwners(netns int) *portOwners {
+	return &portOwners{netns: netns, self: os.Getpid(), known: make(map[uint32]portOwner), missed: make(map[uint32]time.Time)}
+}
+
+// find returns the process that owns port, or false when /proc does not
+// show one (the socket is gone, or its owner is in another PID namespace).
+// A socket closed since it was last seen keeps its last known owner: the
+// notification being read was sent while it was open.
+func (p *portOwners) find(port uint32) (pid int, comm string, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	o, had := p.known[port]
+	if had && now.Sub(o.seen) < ownerTTL {
+		return o.pid, o.comm, true
+	}
+	// List the sockets again when the listing is old, or lacks the port
+	// (a new socket) unless that port was just looked for in vain (a
+	// closed one).
+	if now.Sub(p.listed) >= listInterval || p.inodes[port] == 0 && now.Sub(p.missed[port]) >= listInterval {
+		if inodes, err := listNetlinkSockets(p.netns); err == nil {
+			p.inodes, p.listed = inodes, now
+		}
+		p.forget(now)
+	}
+	ino := p.inodes[port]
+	switch {
+	case ino == 0:
+		p.missed[port] = now
+		return o.pid, o.comm, had
+	case had && o.inode == ino:
+		o.seen = now
+		p.known[port] = o
+		return o.pid, o.comm, true
+	}
+	pid = p.ownerOf(ino, port, now)
+	if pid == 0 {
+		return 0, "", false
+	}
+	o = portOwner{inode: ino, pid: pid, comm: readComm(pid), seen: now}
+	p.known[port] = o
+	return o.pid, o.comm, true
+}
+
+// forget drops what is a minute old.
+func (p *portOwners) forget(now time.Time) {
+	for k, v := range p.known {
+		if now.Sub(v.seen) > time.Minute {
+			delete(p.known, k)
+		}
+	}
+	for k, t := range p.missed {
+		if now.Sub(t) > time.Minute {
+			delete(p.missed, k)
+		}
+	}
+}
+
+// ownerOf returns the process holding socket inode ino, or 0.
+func (p *portOwners) ownerOf(ino uint64, port uint32, now time.Time) int {
+	for _, pid := range []int{p.self, int(port)} {
+		if pid > 0 && holds(pid, ino) {
+			return pid
+		}
+	}
+	if now.Sub(p.scan) < scanInterval {
+		return 0
+	}
+	p.scan = now
+	d, err := os.Open("/proc")
+	if err != nil {
+		return 0
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err == nil && pid != p.self && pid != int(port) && holds(pid, ino) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// holds reports whether process pid has socket inode ino open.
+func holds(pid int, ino uint64) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	d, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	want := "socket:[" + strconv.FormatUint(ino, 10) + "]"
+	for _, n := range names {
+		if l, err := os.Readlink(dir + "/" + n); err == nil && l == want {
+			return true
+		}
+	}
+	return false
+}
+
+func readComm(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// sockDiagByFamily is SOCK_DIAG_BY_FAMILY (linux/sock_diag.h).
+const sockDiagByFamily = 20
+
+// listNetlinkSockets returns the NETLINK_ROUTE sockets of the namespace
+// netns (0: the calling thread's) by port, with their inodes.
+func listNetlinkSockets(netns int) (map[uint32]uint64, error) {
+	c, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, &netlink.Config{NetNS: netns})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	// struct netlink_diag_req: family, protocol, pad, ino, show, cookie.
+	req := make([]byte, 20)
+	req[0] = unix.AF_NETLINK
+	req[1] = unix.NETLINK_ROUTE
+	msgs, err := c.Execute(netlink.Message{
+		Header: netlink.Header{Type: sockDiagByFamily, Flags: netlink.Request | netlink.Dump},
+		Data:   req,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uint32]uint64, len(msgs))
+	for _, m := range msgs {
+		// struct netlink_diag_msg: family, type, protocol, state, portid,
+		// dst_portid, dst_group, ino, cookie.
+		if len(m.Data) < 20 {
+			continue
+		}
+		if port := binary.NativeEndian.Uint32(m.Data[4:8]); port != 0 {
+			out[port] = uint64(binary.NativeEndian.Uint32(m.Data[16:20]))
+		}
+	}
+	return out, nil
+}
