@@ -225,7 +225,13 @@ type agentProc struct {
 // the test's end kills it if it still runs.
 func (s *seed) start(t testing.TB, args ...string) *agentProc {
 	t.Helper()
-	args = append(append([]string{"--net=" + s.ns.Path(), agentBinary(t), "run"}, args...), "--log-format=json")
+	return s.startBin(t, agentBinary(t), args...)
+}
+
+// startBin is start with the agent binary bin.
+func (s *seed) startBin(t testing.TB, bin string, args ...string) *agentProc {
+	t.Helper()
+	args = append(append([]string{"--net=" + s.ns.Path(), bin, "run"}, args...), "--log-format=json")
 	a := &agentProc{cmd: exec.Command("nsenter", args...), out: new(nltest.SyncBuffer), done: make(chan struct{})}
 	a.cmd.Stdout, a.cmd.Stderr = a.out, a.out
 	if err := a.cmd.Start(); err != nil {

@@ -18,9 +18,9 @@ import (
 // loop every netwatch program runs: after every change of the watcher's
 // cache and every Trigger it reads a View, asks the policy for the desired
 // state, plans the difference and applies it, logging one line per change
-// the kernel did not already have. A burst of changes is coalesced into a
-// pass per Coalesce; a failed pass is retried with backoff; nothing is planned from a
-// view that is not synced; a periodic resync catches what events miss.
+// the kernel did not already have. A burst of changes is coalesced; a failed
+// pass is retried with backoff; nothing is planned from a view that is not
+// synced; a periodic resync catches what events miss.
 //
 // # Fights
 //
@@ -79,10 +79,11 @@ type Reconciler struct {
 	// OnFight, when set, is called when a fight starts and when it ends.
 	OnFight func(Fight)
 
-	// Coalesce is the shortest time between the starts of two passes:
-	// the first change after a quiet spell is acted on at once, and a
-	// burst of changes costs one pass per Coalesce, which takes them all
-	// in. Default 10 ms; negative: none.
+	// Coalesce bounds the passes a burst of changes costs: the first
+	// change after a quiet spell is acted on at once; within Coalesce of
+	// the last pass, the next waits for the changes to pause for a tenth
+	// of Coalesce, and at most until Coalesce has passed. Default 10 ms;
+	// negative: no waiting.
 	Coalesce time.Duration
 	// RepairBurst and RepairInterval limit how often one object is
 	// changed: RepairBurst times at once, then once per RepairInterval.
@@ -337,22 +338,30 @@ func (l *loop) wait(ctx context.Context, changed <-chan struct{}, wake time.Time
 	}
 }
 
-// coalesce waits, when the last pass began less than the window ago,
-// until the window has passed: the first change after a quiet spell is
-// acted on at once, and a burst costs one pass per window. It reports
-// false when ctx ends.
+// coalesce runs a pass at once when the last one began at least a window
+// ago: the first change after a quiet spell is acted on without delay.
+// Within a window of the last pass it waits for the changes to pause for a
+// tenth of the window, at most until the window ends: a burst costs one pass
+// per window. It reports false when ctx ends.
 func (l *loop) coalesce(ctx context.Context) bool {
-	d := time.Until(l.lastPass.Add(l.window))
-	if d <= 0 {
+	end := l.lastPass.Add(l.window)
+	if !time.Now().Before(end) {
 		return ctx.Err() == nil
 	}
-	t := time.NewTimer(d)
+	quiet := l.window / 10
+	t := time.NewTimer(min(quiet, time.Until(end)))
 	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+	for {
+		ch := l.r.Watcher.Changed()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-ch:
+		case <-l.r.trig.c():
+		}
+		t.Reset(max(0, min(quiet, time.Until(end))))
 	}
 }
 
