@@ -321,6 +321,7 @@ const (
 	endGone                    // 410: read the object again
 	endClosed                  // the server ended it cleanly, or it went silent: resume from rv
 	endFailed                  // an error: back off, then resume from rv
+	endCorrupt                 // an object that does not decode (PeerSource): back off, then list again
 )
 
 type watchEnd struct {
