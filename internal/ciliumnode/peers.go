@@ -29,7 +29,10 @@ func (p Peer) Equal(q Peer) bool {
 // Peers is an immutable snapshot of every CiliumNode, by name. The zero value is empty.
 // A Peers may be shared between goroutines and kept as long as needed.
 type Peers struct {
-	peers []Peer // sorted by Name, names unique; never modified once the Peers is made
+	// peers is sorted by Name, names unique; neither it nor the Peers it points to are
+	// modified once the Peers is made. Pointers, not values, so that a change copies 8
+	// bytes a node rather than a whole Peer: 40 KB for 5,000 nodes.
+	peers []*Peer
 }
 
 // Len returns the number of nodes.
@@ -41,14 +44,14 @@ func (ps Peers) Get(name string) (Peer, bool) {
 	if !ok {
 		return Peer{}, false
 	}
-	return ps.peers[i], true
+	return *ps.peers[i], true
 }
 
 // All yields every node, sorted by name.
 func (ps Peers) All() iter.Seq[Peer] {
 	return func(yield func(Peer) bool) {
 		for _, p := range ps.peers {
-			if !yield(p) {
+			if !yield(*p) {
 				return
 			}
 		}
@@ -82,7 +85,7 @@ func (ps Peers) EncryptingCount() int {
 
 // Equal reports whether ps and qs hold the same nodes, equal one by one.
 func (ps Peers) Equal(qs Peers) bool {
-	return slices.EqualFunc(ps.peers, qs.peers, Peer.Equal)
+	return slices.EqualFunc(ps.peers, qs.peers, func(p, q *Peer) bool { return p == q || p.Equal(*q) })
 }
 
 // String summarizes the snapshot for logs: "3 nodes, 2 encrypting".
@@ -91,7 +94,7 @@ func (ps Peers) String() string {
 }
 
 func (ps Peers) find(name string) (int, bool) {
-	return slices.BinarySearchFunc(ps.peers, name, func(p Peer, n string) int { return cmp.Compare(p.Name, n) })
+	return slices.BinarySearchFunc(ps.peers, name, func(p *Peer, n string) int { return cmp.Compare(p.Name, n) })
 }
 
 // with returns a copy of ps in which p replaces the node of its name, or is added.
@@ -99,12 +102,12 @@ func (ps Peers) with(p Peer) Peers {
 	i, ok := ps.find(p.Name)
 	if ok {
 		out := slices.Clone(ps.peers)
-		out[i] = p
+		out[i] = &p
 		return Peers{out}
 	}
-	out := make([]Peer, 0, len(ps.peers)+1)
+	out := make([]*Peer, 0, len(ps.peers)+1)
 	out = append(out, ps.peers[:i]...)
-	out = append(out, p)
+	out = append(out, &p)
 	return Peers{append(out, ps.peers[i:]...)}
 }
 
@@ -114,7 +117,7 @@ func (ps Peers) without(name string) Peers {
 	if !ok {
 		return ps
 	}
-	out := make([]Peer, 0, len(ps.peers)-1)
+	out := make([]*Peer, 0, len(ps.peers)-1)
 	out = append(out, ps.peers[:i]...)
 	return Peers{append(out, ps.peers[i+1:]...)}
 }
@@ -123,14 +126,14 @@ func (ps Peers) without(name string) Peers {
 // bug) the later stands.
 func peersOf(nodes []Peer) Peers {
 	slices.SortStableFunc(nodes, func(a, b Peer) int { return cmp.Compare(a.Name, b.Name) })
-	out := nodes[:0]
-	for i, p := range nodes {
-		if i+1 < len(nodes) && nodes[i+1].Name == p.Name {
+	out := make([]*Peer, 0, len(nodes))
+	for i := range nodes {
+		if i+1 < len(nodes) && nodes[i+1].Name == nodes[i].Name {
 			continue
 		}
-		out = append(out, p)
+		out = append(out, &nodes[i])
 	}
-	return Peers{slices.Clip(out)}
+	return Peers{out}
 }
 
 // wireObject is the part of a CiliumNode that matters here, as the API sends it in lists
