@@ -136,21 +136,26 @@ func (s *Source) Stats() Stats {
 func (s *Source) count(o outcome) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.stats.add(o)
+}
+
+// add counts one request of outcome o.
+func (st *Stats) add(o outcome) {
 	switch o {
 	case outcomeOK:
-		s.stats.OK++
+		st.OK++
 	case outcomeNotFound:
-		s.stats.NotFound++
+		st.NotFound++
 	case outcomeHTTPError:
-		s.stats.HTTPError++
+		st.HTTPError++
 	case outcomeDecodeError:
-		s.stats.DecodeError++
+		st.DecodeError++
 	case outcomeNetworkError:
-		s.stats.NetworkError++
+		st.NetworkError++
 	case outcomeWatchRestart:
-		s.stats.WatchRestart++
+		st.WatchRestart++
 	case outcomeGone:
-		s.stats.Gone++
+		st.Gone++
 	}
 }
 

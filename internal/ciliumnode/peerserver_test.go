@@ -62,20 +62,7 @@ func startLive(t *testing.T, opts apitest.Options, edit func(*Config), nodes ...
 		t.Fatal(err)
 	}
 	h.src = src
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, h.report) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v, want nil", err)
-			}
-		case <-time.After(waitFor):
-			t.Errorf("Run still running %v after its context ended", waitFor)
-		}
-	})
+	runInBackground(t, func(ctx context.Context) error { return src.Run(ctx, h.report) })
 	return h
 }
 

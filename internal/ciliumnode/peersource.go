@@ -39,7 +39,8 @@ type PeerSource struct {
 	running   atomic.Bool
 
 	mu    sync.Mutex
-	stats PeerStats
+	stats PeerStats // but the request counters
+	req   Stats     // the request counters; its other fields are unused
 }
 
 // PeerStats counts the requests a PeerSource made, by outcome, and describes what it holds.
@@ -70,15 +71,8 @@ type PeerStats struct {
 // Stats.Requests: ok, not_found, http_error, decode_error, network_error, watch_restart,
 // gone_410.
 func (st PeerStats) Requests() map[string]uint64 {
-	return map[string]uint64{
-		"ok":            st.OK,
-		"not_found":     st.NotFound,
-		"http_error":    st.HTTPError,
-		"decode_error":  st.DecodeError,
-		"network_error": st.NetworkError,
-		"watch_restart": st.WatchRestart,
-		"gone_410":      st.Gone,
-	}
+	return Stats{OK: st.OK, NotFound: st.NotFound, HTTPError: st.HTTPError, DecodeError: st.DecodeError,
+		NetworkError: st.NetworkError, WatchRestart: st.WatchRestart, Gone: st.Gone}.Requests()
 }
 
 // NewPeers validates cfg (all but NodeName and Resync, which it ignores), fills in its
@@ -107,28 +101,16 @@ func NewPeers(cfg Config) (*PeerSource, error) {
 func (s *PeerSource) Stats() PeerStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stats
+	st, r := s.stats, s.req
+	st.OK, st.NotFound, st.HTTPError, st.DecodeError, st.NetworkError, st.WatchRestart, st.Gone =
+		r.OK, r.NotFound, r.HTTPError, r.DecodeError, r.NetworkError, r.WatchRestart, r.Gone
+	return st
 }
 
 func (s *PeerSource) count(o outcome) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch o {
-	case outcomeOK:
-		s.stats.OK++
-	case outcomeNotFound:
-		s.stats.NotFound++
-	case outcomeHTTPError:
-		s.stats.HTTPError++
-	case outcomeDecodeError:
-		s.stats.DecodeError++
-	case outcomeNetworkError:
-		s.stats.NetworkError++
-	case outcomeWatchRestart:
-		s.stats.WatchRestart++
-	case outcomeGone:
-		s.stats.Gone++
-	}
+	s.req.add(o)
 }
 
 // peerRun is one Run's protocol state, owned by its goroutine.

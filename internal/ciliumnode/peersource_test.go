@@ -2,8 +2,6 @@ package ciliumnode
 
 import (
 	"context"
-	"encoding/pem"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -11,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.uber.org/goleak"
@@ -31,26 +28,14 @@ type peerScript struct {
 }
 
 // startPeers serves a fakeAPI and runs a PeerSource against it until the test ends, with
-// the Config of start (ciliumnode_test.go): the server's CA, token-1, retries after 1 ms,
-// no watch timeout during a test.
+// fakeConfig (ciliumnode_test.go) and token-1 unless s.cfg edits it.
 func startPeers(t *testing.T, s setup) *peerScript {
 	t.Helper()
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	h := &peerScript{t: t, api: newFakeAPI(t, s.http1), reports: make(chan Peers, 64), logs: &logBuffer{}}
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	h.token = &harness{t: t, tokenFile: tokenFile}
+	h.token = &harness{t: t, tokenFile: filepath.Join(t.TempDir(), "token")}
 	h.token.writeToken("token-1")
-	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	writeFile(t, caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: h.api.srv.Certificate().Raw}))
-	cfg := Config{
-		Server:         h.api.srv.URL,
-		TokenFile:      tokenFile,
-		CAFile:         caFile,
-		WatchTimeout:   time.Hour,
-		RequestTimeout: waitFor,
-		Backoff:        backoff.NewConstantBackOff(time.Millisecond),
-		Logger:         slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
+	cfg := fakeConfig(t, h.api, h.token.tokenFile, h.logs)
 	if s.cfg != nil {
 		s.cfg(&cfg)
 	}
@@ -59,20 +44,7 @@ func startPeers(t *testing.T, s setup) *peerScript {
 		t.Fatalf("NewPeers: %v", err)
 	}
 	h.src = src
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, func(p Peers) { h.reports <- p }) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v, want nil", err)
-			}
-		case <-time.After(waitFor):
-			t.Errorf("Run still running %v after its context ended", waitFor)
-		}
-	})
+	runInBackground(t, func(ctx context.Context) error { return src.Run(ctx, func(p Peers) { h.reports <- p }) })
 	return h
 }
 
