@@ -460,10 +460,9 @@ func decodeItems(dec *json.Decoder, r *objectLimit, visit func(*wireObject) erro
 	}
 	for i := 0; dec.More(); i++ {
 		var o wireObject
-		if err := dec.Decode(&o); err != nil {
+		if err := decodeBounded(dec, r, &o); err != nil {
 			return fmt.Errorf("decode %s item %d: %w", kind, i, err)
 		}
-		r.reset()
 		if err := visit(&o); err != nil {
 			return fmt.Errorf("%s item %d (%q): %w", kind, i, o.Metadata.Name, err)
 		}
@@ -485,9 +484,26 @@ func wantDelim(dec *json.Decoder, want json.Delim) error {
 // errObjectTooLarge marks an object (or event) larger than maxBody.
 var errObjectTooLarge = fmt.Errorf("an object larger than %d bytes", maxBody)
 
-// objectLimit fails a read once more than maxBody bytes have been read since the last reset
-// (once per object); the decoder's read-ahead makes the bound approximate. It keeps the
-// underlying reader's last error to tell a broken connection from garbage.
+// decodeBounded decodes the next value of dec into v and fails with errObjectTooLarge if it
+// took more than maxBody bytes of input. It resets r, dec's source, for the next value.
+func decodeBounded(dec *json.Decoder, r *objectLimit, v any) error {
+	start := dec.InputOffset()
+	err := dec.Decode(v)
+	r.reset()
+	if err == nil && dec.InputOffset()-start > maxBody {
+		return errObjectTooLarge
+	}
+	return err
+}
+
+// maxReadAhead bounds what a decoder may read for one value: the value itself (at most
+// maxBody, checked exactly by decodeBounded) and its read-ahead, at most its buffer, which
+// grows to about twice the largest value. It keeps an endless value from filling memory.
+const maxReadAhead = 4 * maxBody
+
+// objectLimit fails a read once more than maxReadAhead bytes have been read since the last
+// reset (once per value). It keeps the underlying reader's last error to tell a broken
+// connection from garbage.
 type objectLimit struct {
 	r   io.Reader
 	n   int
@@ -495,7 +511,7 @@ type objectLimit struct {
 }
 
 func (l *objectLimit) Read(p []byte) (int, error) {
-	if l.n > maxBody {
+	if l.n > maxReadAhead {
 		l.err = errObjectTooLarge
 		return 0, l.err
 	}
@@ -568,8 +584,7 @@ func (s *PeerSource) watch(ctx context.Context, r *peerRun, b backoff.BackOff) w
 			Type   string     `json:"type"`
 			Object wireObject `json:"object"`
 		}
-		err := dec.Decode(&ev)
-		lim.reset()
+		err := decodeBounded(dec, lim, &ev)
 		var typeErr *json.UnmarshalTypeError
 		switch {
 		case err == nil:
@@ -583,7 +598,7 @@ func (s *PeerSource) watch(ctx context.Context, r *peerRun, b backoff.BackOff) w
 			return end
 		case errors.As(err, &typeErr) && ev.Type != "ERROR":
 			return fail(endCorrupt, outcomeDecodeError, fmt.Errorf("%s event: decode %s: %w", oneLine(ev.Type), kind, err))
-		case errors.Is(body.err, errObjectTooLarge):
+		case errors.Is(err, errObjectTooLarge), errors.Is(body.err, errObjectTooLarge):
 			return fail(endFailed, outcomeDecodeError, fmt.Errorf("decode event: %w", errObjectTooLarge))
 		case body.err != nil && body.err != io.EOF, errors.Is(err, io.ErrUnexpectedEOF):
 			return fail(endFailed, outcomeNetworkError, err)

@@ -104,6 +104,11 @@ func peerNode(name, rv string, encrypting bool, ips ...string) string {
 	return node(rv, edits...)
 }
 
+// huge pads a CiliumNode past maxBody, as no real one is (etcd stores at most 1.5 MiB).
+func huge(n map[string]any) {
+	metadata(n)["annotations"] = map[string]any{"pad": strings.Repeat("x", maxBody+1)}
+}
+
 // threeNodes is the list of the tests: this node, an encrypting peer, an opted-out one.
 var threeNodes = []string{
 	peerNode("worker-1", "90", true, "10.0.0.5"),
@@ -385,6 +390,24 @@ func TestPeersListFails(t *testing.T) {
 			log:   []string{"decode CiliumNode item 0: json: cannot unmarshal string", "spec.encryption.key"},
 		},
 		{
+			name: "an item larger than 4 MiB",
+			answer: func(h *peerScript) {
+				h.api.expectList(h.t, "").reply(http.StatusOK, listJSON("1", "", good, node("1", named("x"), huge)))
+			},
+			stats: PeerStats{DecodeError: 1},
+			level: "WARN",
+			log:   []string{"list CiliumNodes (page 1): ", "an object larger than 4194304 bytes"},
+		},
+		{
+			name: "an endless item: reading stops",
+			answer: func(h *peerScript) {
+				h.api.expectList(h.t, "").reply(http.StatusOK, `{"items":[{"metadata":{"name":"`+strings.Repeat("x", maxReadAhead+maxBody))
+			},
+			stats: PeerStats{DecodeError: 1},
+			level: "WARN",
+			log:   []string{"decode CiliumNode item 0: an object larger than 4194304 bytes"},
+		},
+		{
 			name:   "connection drop",
 			answer: func(h *peerScript) { h.api.expectList(h.t, "").drop() },
 			stats:  PeerStats{NetworkError: 1},
@@ -631,6 +654,17 @@ func TestPeersWatchEnd(t *testing.T) {
 			stats:  func(st *PeerStats) { st.DecodeError = 1 },
 			level:  "WARN",
 			log:    []string{"MODIFIED event: CiliumNode without metadata.resourceVersion"},
+		},
+		{
+			name: "an event larger than 4 MiB",
+			script: func(x *exchange) {
+				x.start()
+				x.event("MODIFIED", node("101", named("worker-2"), huge))
+			},
+			next:  next{rv: "100"},
+			stats: func(st *PeerStats) { st.DecodeError = 1 },
+			level: "WARN",
+			log:   []string{"decode event: an object larger than 4194304 bytes"},
 		},
 		{
 			name:   "unknown event type",
