@@ -346,3 +346,18 @@ func (h *live) lastPeers() Peers {
 	ps, _, _ := h.snapshot()
 	return ps
 }
+
+// TestPeersLiveWrongCA: a server the CA does not vouch for is never believed.
+func TestPeersLiveWrongCA(t *testing.T) {
+	wrong := filepath.Join(t.TempDir(), "other-ca.crt")
+	writeFile(t, wrong, selfSignedCA(t))
+	h := startLive(t, apitest.Options{}, func(c *Config) { c.CAFile = wrong }, three...)
+	h.eventually("retried", func() bool { return h.src.Stats().NetworkError >= 2 })
+	if _, n, _ := h.snapshot(); n != 0 {
+		t.Errorf("%d reports from an unverified server", n)
+	}
+	if got := h.api.Count(apitest.KindList); got != 0 {
+		t.Errorf("%d list requests reached the server", got)
+	}
+	(&harness{t: t, logs: h.logs}).wantLog("WARN", "ciliumnode: list CiliumNodes (page 1): ", "x509: certificate signed by unknown authority")
+}
