@@ -333,23 +333,34 @@ func memorySource(tb testing.TB, m *memoryAPI) *PeerSource {
 	return src
 }
 
+// heapDelta returns how much more heap is in use, after a collection, while make's result is
+// kept than before make ran.
+func heapDelta(make func() any) float64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	v := make()
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(v)
+	return float64(int64(after.HeapAlloc) - int64(before.HeapAlloc))
+}
+
 // BenchmarkPeersList: one complete list of 5,000 nodes, decoded from memory; and the heap
 // the resulting snapshot keeps, per node.
 func BenchmarkPeersList(b *testing.B) {
 	list, _ := renderedCluster(b)
 	src := memorySource(b, &memoryAPI{list: list})
 	ctx := context.Background()
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	l, err := src.list(ctx)
-	if err != nil || l.peers.Len() != scaleNodes {
-		b.Fatalf("list: %d nodes, %v", l.peers.Len(), err)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	runtime.KeepAlive(l)
-	heap := float64(after.HeapAlloc-before.HeapAlloc) / scaleNodes
+	heap := heapDelta(func() any {
+		l, err := src.list(ctx)
+		if err != nil || l.peers.Len() != scaleNodes {
+			b.Fatalf("list: %d nodes, %v", l.peers.Len(), err)
+		}
+		return l
+	}) / scaleNodes
 	b.SetBytes(int64(len(list)))
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -383,8 +394,9 @@ func BenchmarkPeersEvent(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
+			gate := make(chan struct{}) // the events flow once the timer runs
 			src := memorySource(b, &memoryAPI{list: list, events: func(ctx context.Context) io.Reader {
-				return &cycleReader{ctx: ctx, lines: bc.lines}
+				return &cycleReader{ctx: ctx, gate: gate, lines: bc.lines}
 			}})
 			var started sync.Once
 			ready := make(chan struct{})
@@ -395,6 +407,7 @@ func BenchmarkPeersEvent(b *testing.B) {
 			<-ready
 			b.ReportAllocs()
 			b.ResetTimer()
+			close(gate)
 			for src.Stats().Events < uint64(b.N) {
 				runtime.Gosched()
 			}
@@ -410,12 +423,17 @@ func BenchmarkPeersEvent(b *testing.B) {
 // cycleReader yields lines over and over, until ctx ends.
 type cycleReader struct {
 	ctx   context.Context
+	gate  <-chan struct{} // closed when the lines may flow
 	lines [][]byte
 	i     int
 	off   int
 }
 
 func (c *cycleReader) Read(p []byte) (int, error) {
+	select {
+	case <-c.gate:
+	case <-c.ctx.Done():
+	}
 	if err := c.ctx.Err(); err != nil {
 		return 0, err
 	}
