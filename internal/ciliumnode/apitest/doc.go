@@ -28,9 +28,10 @@
 //
 // Inject queues faults for the next requests of a kind (a status answer, garbage, a dropped
 // connection, no answer at all). ExpireWatches, DropWatches, EndWatches, HangWatches and
-// SendRaw act on the open watches; Compact forgets the history; Restart does both of what
-// a restarted API server does to its clients (every connection cut, every older
-// resourceVersion and continue token gone); SetDown cuts every request while set.
+// SendRaw act on the open watches; Compact forgets the history; Restart does to the
+// clients what an API server that restarted and lost its state does (every connection cut,
+// every older resourceVersion and continue token gone: clients must list again); SetDown
+// cuts every request while set.
 //
 // # Credentials
 //
