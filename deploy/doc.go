@@ -9,6 +9,13 @@
 // probes that reach the agent's loopback listener, tolerations, the node name
 // from the downward API, resource bounds and a gentle rolling update.
 //
+// monitoring/ is an optional kustomize component: a PrometheusRule with the
+// agent's alerts. Its tests decode it strictly into the Prometheus operator's
+// types, render it on top of deploy/, and run `promtool check rules` and
+// `promtool test rules` (monitoring/testdata/alerts_test.yaml); promtool comes
+// from PATH, or is unpacked from Debian's prometheus package into
+// $MARKSPLIT_CACHE (never installed: its init script would start a server).
+//
 // It is a Go module of its own so that the library's go.mod does not carry
 // the Kubernetes API types. Run its tests with `cd deploy && go test ./...`.
 package deploy

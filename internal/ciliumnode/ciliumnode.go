@@ -2,90 +2,20 @@ package ciliumnode
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v4"
 )
-
-const (
-	defaultTokenFile      = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-	defaultCAFile         = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
-	defaultResync         = 5 * time.Minute
-	defaultWatchTimeout   = 2 * time.Minute
-	defaultRequestTimeout = 30 * time.Second
-
-	apiVersion = "cilium.io/v2"
-	kind       = "CiliumNode"
-	resource   = "/apis/cilium.io/v2/ciliumnodes"
-
-	maxBody     = 4 << 20  // a GET's body; CiliumNodes are a few KiB
-	maxErrBody  = 64 << 10 // the body of an error answer
-	maxLogChars = 300      // of a server's message in a log line
-)
-
-// Config for reading one CiliumNode.
-type Config struct {
-	// Server is the API server's URL, https://host:port. InClusterConfig fills it from
-	// KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT.
-	Server string
-	// NodeName names the CiliumNode (the Kubernetes node's name); it must be a DNS subdomain.
-	NodeName string
-	// TokenFile holds the bearer token. It is read again before every request because the
-	// kubelet rotates it. Default /var/run/secrets/kubernetes.io/serviceaccount/token.
-	TokenFile string
-	// CAFile holds the PEM certificates that verify the server, read once by New. Default
-	// /var/run/secrets/kubernetes.io/serviceaccount/ca.crt. Unused when HTTPClient is set.
-	CAFile string
-	// Resync is how often the object is read again in full (a GET, then a fresh watch), even
-	// while the watch is healthy. Default 5m.
-	Resync time.Duration
-	// WatchTimeout restarts a watch that delivers no bytes, not even a bookmark, for this long.
-	// API servers send a bookmark about once a minute. Default 2m; a value of Resync or more
-	// leaves hang detection to the resync.
-	WatchTimeout time.Duration
-	// RequestTimeout bounds a GET. Default 30s.
-	RequestTimeout time.Duration
-	// Backoff spaces the retries after failures; it is reset after a success and used by Run's
-	// goroutine only. Default backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0))
-	// (about 0.5 s, doubling up to 1 min, never giving up).
-	Backoff backoff.BackOff
-	// Logger receives failures (warn), registration waits and deletions; default discard.
-	Logger *slog.Logger
-	// HTTPClient replaces the client that New builds from CAFile (for tests). It must not set
-	// a Timeout, since a watch is a long request.
-	HTTPClient *http.Client
-}
-
-// InClusterConfig returns the Config of a pod's service account for nodeName: the API server
-// from KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT, and the default token and CA files.
-func InClusterConfig(nodeName string) (Config, error) {
-	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
-	if host == "" || port == "" {
-		return Config{}, errors.New("ciliumnode: in-cluster config: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be set (not running in a pod?)")
-	}
-	return Config{
-		Server:    "https://" + net.JoinHostPort(host, port),
-		NodeName:  nodeName,
-		TokenFile: defaultTokenFile,
-		CAFile:    defaultCAFile,
-	}, nil
-}
 
 // Mode is whether the node encrypts, as its CiliumNode says.
 type Mode int
@@ -177,104 +107,23 @@ func New(cfg Config) (*Source, error) {
 	if err := validNodeName(cfg.NodeName); err != nil {
 		return nil, err
 	}
-	server, err := parseServer(cfg.Server)
+	server, err := settle(&cfg)
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"Resync", &cfg.Resync, defaultResync},
-		{"WatchTimeout", &cfg.WatchTimeout, defaultWatchTimeout},
-		{"RequestTimeout", &cfg.RequestTimeout, defaultRequestTimeout},
-	} {
-		switch {
-		case *d.v < 0:
-			return nil, fmt.Errorf("ciliumnode: negative %s %v", d.name, *d.v)
-		case *d.v == 0:
-			*d.v = d.def
-		}
+	client, own, err := httpClient(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.TokenFile == "" {
-		cfg.TokenFile = defaultTokenFile
-	}
-	if cfg.CAFile == "" {
-		cfg.CAFile = defaultCAFile
-	}
-	if cfg.Backoff == nil {
-		cfg.Backoff = backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0))
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	s := &Source{
+	return &Source{
 		cfg:    cfg,
 		getURL: server + resource + "/" + cfg.NodeName,
 		watchURL: server + resource + "?watch=1&fieldSelector=metadata.name%3D" + cfg.NodeName +
 			"&allowWatchBookmarks=true&resourceVersion=",
-		client: cfg.HTTPClient,
-		log:    cfg.Logger,
-	}
-	if s.client == nil {
-		if s.client, err = newClient(cfg.CAFile); err != nil {
-			return nil, err
-		}
-		s.ownClient = true
-	}
-	return s, nil
-}
-
-// validNodeName checks that name is a DNS subdomain (RFC 1123), as Kubernetes node names are.
-func validNodeName(name string) error {
-	if name == "" {
-		return errors.New("ciliumnode: empty node name")
-	}
-	if len(name) > 253 {
-		return fmt.Errorf("ciliumnode: invalid node name %.20q...: longer than 253 characters", name)
-	}
-	for label := range strings.SplitSeq(name, ".") {
-		ok := label != "" && alnum(label[0]) && alnum(label[len(label)-1])
-		for i := 0; ok && i < len(label); i++ {
-			ok = alnum(label[i]) || label[i] == '-'
-		}
-		if !ok {
-			return fmt.Errorf("ciliumnode: invalid node name %q: not a DNS subdomain (lowercase letters, digits, '-' and '.', each part starting and ending with a letter or digit)", name)
-		}
-	}
-	return nil
-}
-
-func alnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
-
-func parseServer(s string) (string, error) {
-	if s == "" {
-		return "", errors.New("ciliumnode: no API server URL (see InClusterConfig)")
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "", fmt.Errorf("ciliumnode: API server URL: %w", err)
-	}
-	if u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("ciliumnode: API server URL %q: want https://host:port", s)
-	}
-	return strings.TrimSuffix(s, "/"), nil
-}
-
-func newClient(caFile string) (*http.Client, error) {
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("ciliumnode: read CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("ciliumnode: CA file %s holds no PEM certificate", caFile)
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = nil // the API server is reached directly, by its service address
-	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	return &http.Client{Transport: tr}, nil
+		client:    client,
+		ownClient: own,
+		log:       cfg.Logger,
+	}, nil
 }
 
 // Stats returns the request counters, the last good read time and the last reported mode.
@@ -287,21 +136,26 @@ func (s *Source) Stats() Stats {
 func (s *Source) count(o outcome) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.stats.add(o)
+}
+
+// add counts one request of outcome o.
+func (st *Stats) add(o outcome) {
 	switch o {
 	case outcomeOK:
-		s.stats.OK++
+		st.OK++
 	case outcomeNotFound:
-		s.stats.NotFound++
+		st.NotFound++
 	case outcomeHTTPError:
-		s.stats.HTTPError++
+		st.HTTPError++
 	case outcomeDecodeError:
-		s.stats.DecodeError++
+		st.DecodeError++
 	case outcomeNetworkError:
-		s.stats.NetworkError++
+		st.NetworkError++
 	case outcomeWatchRestart:
-		s.stats.WatchRestart++
+		st.WatchRestart++
 	case outcomeGone:
-		s.stats.Gone++
+		st.Gone++
 	}
 }
 
@@ -398,30 +252,6 @@ func (s *Source) Run(ctx context.Context, report func(Mode)) error {
 	return nil
 }
 
-// nextBackOff returns b's next delay; a policy that gives up is started over.
-func nextBackOff(b backoff.BackOff) time.Duration {
-	d := b.NextBackOff()
-	if d == backoff.Stop {
-		b.Reset()
-		if d = b.NextBackOff(); d == backoff.Stop {
-			d = time.Minute
-		}
-	}
-	return d
-}
-
-// sleep waits for d and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // goodRead records a CiliumNode read from a GET or an ADDED/MODIFIED event, and reports its
 // mode if it changed.
 func (s *Source) goodRead(n ciliumNode, report func(Mode)) {
@@ -456,7 +286,7 @@ func (s *Source) get(ctx context.Context) (ciliumNode, error) {
 func (s *Source) doGet(ctx context.Context) (ciliumNode, outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	req, err := s.newRequest(ctx, s.getURL)
+	req, err := newRequest(ctx, s.cfg.TokenFile, s.getURL)
 	if err != nil {
 		return ciliumNode{}, outcomeNone, err
 	}
@@ -487,25 +317,6 @@ func (s *Source) doGet(ctx context.Context) (ciliumNode, outcome, error) {
 	return n, outcomeOK, nil
 }
 
-func (s *Source) newRequest(ctx context.Context, u string) (*http.Request, error) {
-	tok, err := os.ReadFile(s.cfg.TokenFile)
-	if err != nil {
-		return nil, fmt.Errorf("read token: %w", err)
-	}
-	token := strings.TrimSpace(string(tok))
-	if token == "" {
-		return nil, fmt.Errorf("token file %s is empty", s.cfg.TokenFile)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "marksplit")
-	return req, nil
-}
-
 // How a watch ended.
 type endKind int
 
@@ -515,6 +326,7 @@ const (
 	endGone                    // 410: read the object again
 	endClosed                  // the server ended it cleanly, or it went silent: resume from rv
 	endFailed                  // an error: back off, then resume from rv
+	endCorrupt                 // an object that does not decode (PeerSource): back off, then list again
 )
 
 type watchEnd struct {
@@ -562,7 +374,7 @@ func (s *Source) watch(ctx context.Context, rv string, resyncAt time.Time, b bac
 		return end
 	}
 
-	req, err := s.newRequest(wctx, s.watchURL+url.QueryEscape(rv))
+	req, err := newRequest(wctx, s.cfg.TokenFile, s.watchURL+url.QueryEscape(rv))
 	if err != nil {
 		return fail(outcomeNone, err)
 	}
@@ -636,26 +448,6 @@ func (s *Source) watch(ctx context.Context, rv string, resyncAt time.Time, b bac
 	}
 }
 
-// activityReader pushes the watch's silence timer back whenever bytes arrive, and keeps the
-// underlying reader's last error to tell a broken connection from garbage.
-type activityReader struct {
-	r       io.Reader
-	timer   *time.Timer
-	timeout time.Duration
-	err     error
-}
-
-func (a *activityReader) Read(p []byte) (int, error) {
-	n, err := a.r.Read(p)
-	if n > 0 {
-		a.timer.Reset(a.timeout)
-	}
-	if err != nil {
-		a.err = err
-	}
-	return n, err
-}
-
 // ciliumNode holds the fields of a CiliumNode that matter here.
 type ciliumNode struct {
 	APIVersion string `json:"apiVersion"`
@@ -694,40 +486,4 @@ func decodeNode(data []byte, name string, bookmark bool) (ciliumNode, error) {
 		return n, fmt.Errorf("%s without metadata.resourceVersion", kind)
 	}
 	return n, nil
-}
-
-// status is a Kubernetes Status object, as in error answers and ERROR events.
-type status struct {
-	Kind    string `json:"kind"`
-	Message string `json:"message"`
-	Reason  string `json:"reason"`
-	Code    int    `json:"code"`
-}
-
-// statusError describes a non-2xx answer: its status line and the server's message.
-func statusError(resp *http.Response, body []byte) error {
-	var st status
-	msg := strings.TrimSpace(string(body))
-	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" && st.Message != "" {
-		msg = st.Message
-	}
-	if msg = oneLine(msg); msg == "" {
-		return errors.New(resp.Status)
-	}
-	return fmt.Errorf("%s: %s", resp.Status, msg)
-}
-
-// oneLine makes a server's text fit in one short log line.
-func oneLine(s string) string {
-	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool {
-		return r == ' ' || r < ' ' || r == 0x7f
-	}), " ")
-	if len(s) > maxLogChars {
-		i := maxLogChars
-		for i > 0 && !utf8.RuneStart(s[i]) {
-			i--
-		}
-		s = s[:i] + "…"
-	}
-	return s
 }

@@ -384,9 +384,8 @@ type setup struct {
 	cfg   func(*Config) // edits the Config before New
 }
 
-// start serves a fakeAPI and runs a Source against it until the test ends. Unless edited, the
-// Config trusts the server's CA, uses token-1, retries after 1 ms and never resyncs or times
-// out a watch during a test.
+// start serves a fakeAPI and runs a Source against it until the test ends, with fakeConfig
+// and token-1 unless s.cfg edits it.
 func start(t *testing.T, s setup) *harness {
 	t.Helper()
 	t.Cleanup(func() { goleak.VerifyNone(t) })
@@ -398,19 +397,7 @@ func start(t *testing.T, s setup) *harness {
 		tokenFile: filepath.Join(t.TempDir(), "token"),
 	}
 	h.writeToken("token-1")
-	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	writeFile(t, caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: h.api.srv.Certificate().Raw}))
-	cfg := Config{
-		Server:         h.api.srv.URL,
-		NodeName:       testNode,
-		TokenFile:      h.tokenFile,
-		CAFile:         caFile,
-		Resync:         time.Hour,
-		WatchTimeout:   time.Hour,
-		RequestTimeout: waitFor,
-		Backoff:        backoff.NewConstantBackOff(time.Millisecond),
-		Logger:         slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
+	cfg := fakeConfig(t, h.api, h.tokenFile, h.logs)
 	if s.cfg != nil {
 		s.cfg(&cfg)
 	}
@@ -419,9 +406,36 @@ func start(t *testing.T, s setup) *harness {
 		t.Fatalf("New: %v", err)
 	}
 	h.src = src
+	runInBackground(t, func(ctx context.Context) error { return src.Run(ctx, func(m Mode) { h.reports <- m }) })
+	return h
+}
+
+// fakeConfig is the Config of the tests against api: its CA, the token in tokenFile,
+// retries after 1 ms, no resync and no watch timeout during a test, logs at debug level.
+func fakeConfig(t *testing.T, api *fakeAPI, tokenFile string, logs *logBuffer) Config {
+	t.Helper()
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	writeFile(t, caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.srv.Certificate().Raw}))
+	return Config{
+		Server:         api.srv.URL,
+		NodeName:       testNode,
+		TokenFile:      tokenFile,
+		CAFile:         caFile,
+		Resync:         time.Hour,
+		WatchTimeout:   time.Hour,
+		RequestTimeout: waitFor,
+		Backoff:        backoff.NewConstantBackOff(time.Millisecond),
+		Logger:         slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+}
+
+// runInBackground runs run until the test ends, then cancels its context and checks that
+// it returns nil within waitFor.
+func runInBackground(t *testing.T, run func(context.Context) error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, func(m Mode) { h.reports <- m }) }()
+	go func() { done <- run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -433,7 +447,6 @@ func start(t *testing.T, s setup) *harness {
 			t.Errorf("Run still running %v after its context ended", waitFor)
 		}
 	})
-	return h
 }
 
 // writeToken replaces the token file the way the kubelet does: a new file renamed into place.
