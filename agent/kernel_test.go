@@ -338,7 +338,8 @@ func TestKernelOnceSeed(t *testing.T) {
 	}
 	for _, tt := range []struct{ args, want string }{
 		{"10.0.0.9", "10.0.0.9 via 10.0.0.1 dev enp7s0 table 900 src 10.0.0.5 uid 0 cache mtu 1355"},
-		{"10.0.0.9 mark 0xe00", "10.0.0.9 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mark 0xe00 uid 0 cache mtu 1450"},
+		// The repaired main route has no MTU of its own: the link's.
+		{"10.0.0.9 mark 0xe00", "10.0.0.9 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mark 0xe00 uid 0 cache"},
 	} {
 		if got := s.routeGet(t, strings.Fields(tt.args)...); got != tt.want {
 			t.Errorf("ip route get %s:\n got %q\nwant %q", tt.args, got, tt.want)
@@ -510,8 +511,9 @@ func TestKernelEncryptionOff(t *testing.T) {
 	if diff := cmp.Diff(want, a.changes(t)); diff != "" {
 		t.Errorf("change lines (-want +got):\n%s", diff)
 	}
-	// The repaired main route stays repaired; nothing else changed.
-	if got := s.routeGet(t, "10.0.0.9"); got != "10.0.0.9 via 10.0.0.1 dev enp7s0 src 10.0.0.5 uid 0 cache mtu 1450" {
+	// The repaired main route stays repaired (no MTU of its own: the
+	// link's); nothing else changed.
+	if got := s.routeGet(t, "10.0.0.9"); got != "10.0.0.9 via 10.0.0.1 dev enp7s0 src 10.0.0.5 uid 0 cache" {
 		t.Errorf("ip route get 10.0.0.9: %q", got)
 	}
 }
@@ -572,7 +574,7 @@ func TestKernelVerify(t *testing.T) {
 	}
 	stdout, stderr, code = s.command(t, "verify", "--peer=10.0.0.9", "--prefix=10.0.0.0/16")
 	want := "unmarked:  10.0.0.9 via 10.0.0.1 dev enp7s0 src 10.0.0.5 table 900 mtu 1355\n" +
-		"mark 0xe00: 10.0.0.9 via 10.0.0.1 dev enp7s0 src 10.0.0.5 table main mtu 1450\n" +
+		"mark 0xe00: 10.0.0.9 via 10.0.0.1 dev enp7s0 src 10.0.0.5 table main mtu 1450 (the link's)\n" +
 		"ok: unmarked traffic to 10.0.0.9 uses table 900 at cilium_wg0's MTU 1355; marked traffic does not use table 900 (MTU 1450)\n"
 	if code != 0 || stdout != want {
 		if strings.Contains(stdout, "unmarked traffic uses table main") && strings.Contains(s.routeGet(t, "10.0.0.9"), "table 900") {

@@ -45,8 +45,9 @@ type Config struct {
 	Prefixes []netip.Prefix
 	// UnderlayLink selects the main-table routes out of this link.
 	UnderlayLink string
-	// Repair puts a selected main-table route whose MTU equals the tunnel
-	// MTU (lowered by the old approach) back to its link's MTU.
+	// Repair takes the explicit MTU off a selected main-table route whose
+	// MTU equals the tunnel MTU (lowered by the old approach), so that it
+	// follows its link's MTU again.
 	Repair bool
 }
 
@@ -92,9 +93,11 @@ func (c Config) validate() error {
 		// 252 is what rtnetlink headers say for tables above 255.
 		return fmt.Errorf("table %d is reserved (0, 252, 253 default, 254 main, 255 local)", uint32(c.Table))
 	}
-	switch c.Priority {
-	case 0, 32766, 32767:
-		return fmt.Errorf("priority %d belongs to the kernel's own rules (0 local, 32766 main, 32767 default)", c.Priority)
+	switch {
+	case c.Priority == 0:
+		return errors.New("priority 0 belongs to the kernel's local rule")
+	case c.Priority >= 32766:
+		return fmt.Errorf("priority %d comes after the main table's rule at 32766, so the split could never win: choose one below 32766", c.Priority)
 	}
 	switch {
 	case c.Mask == 0:

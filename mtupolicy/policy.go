@@ -2,6 +2,7 @@ package mtupolicy
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -38,9 +39,10 @@ func (m Mode) String() string {
 // nothing may be edited at all: the mode is unknown, the view is not
 // synced, or cfg is not valid. The caller must then not plan.
 //
-// Off, or the tunnel link missing (or at MTU 0): the owned scope and
+// Off, or the tunnel link missing, down or at MTU 0: the owned scope and
 // nothing else, so Plan removes every route in the table and every rule at
-// the priority.
+// the priority. A family whose minimum MTU (MinMTU) the tunnel's is below
+// is not split either (Notes says so).
 //
 // On, with the tunnel link present, per family:
 //
@@ -60,8 +62,9 @@ func (m Mode) String() string {
 //   - One rule, not fwmark Mark/Mask lookup Table, when the family has
 //     table routes.
 //   - With cfg.Repair, each selected main route whose MTU equals the tunnel
-//     MTU gets its output link's MTU back, as an explicit MTU (a repair); a
-//     route with any other MTU, or none, is left alone.
+//     MTU loses its explicit MTU, and so follows its output link's again (a
+//     repair that changes nothing else); a route with any other MTU, or
+//     none, is left alone.
 //
 // Selected means: table main, type unicast, single path (no multipath, no
 // nexthop object) with an output link, a gateway of its own family if any,
@@ -90,13 +93,70 @@ func Desired(v netwatch.View, cfg Config, mode Mode) (d netwatch.Desired, ok boo
 		return d, true
 	}
 	tun, ok := v.LinkByName(cfg.TunnelLink)
-	if !ok || tun.MTU == 0 {
+	if !ok || !tun.Up() || tun.MTU == 0 {
 		return d, true
 	}
 	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
-		cfg.family(v, f, tun, &d)
+		if tun.MTU >= MinMTU(f) {
+			cfg.family(v, f, tun, &d)
+		}
 	}
 	return d, true
+}
+
+// Notes says, in a line each, why Desired splits nothing, or nothing of a
+// family, when it would split otherwise: the tunnel link is missing or
+// down, or its MTU is below a family's minimum. The agent logs each once.
+func Notes(v netwatch.View, cfg Config, mode Mode) []string {
+	if mode != ModeOn || !v.Synced() || cfg.Validate() != nil {
+		return nil
+	}
+	tun, ok := v.LinkByName(cfg.TunnelLink)
+	switch {
+	case !ok:
+		return []string{"tunnel link " + cfg.TunnelLink + " does not exist: nothing is split"}
+	case !tun.Up():
+		return []string{"tunnel link " + cfg.TunnelLink + " is down: nothing is split"}
+	}
+	var notes []string
+	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
+		if min := MinMTU(f); tun.MTU < min {
+			notes = append(notes, fmt.Sprintf("%v: tunnel link %s's MTU %d is below the family's minimum %d: %v is not split",
+				f, tun.Name, tun.MTU, min, f))
+		}
+	}
+	return notes
+}
+
+// MinMTU is the smallest MTU a family allows: 1280 for IPv6 (RFC 8200), 68
+// for IPv4 (RFC 791). A tunnel below it does not carry that family, so
+// routes at its MTU would make the host fragment: that family is not split.
+func MinMTU(f netwatch.Family) uint32 {
+	if f == netwatch.IPv6 {
+		return 1280
+	}
+	return 68
+}
+
+// TableMTU is the MTU of a table route out of link out: the tunnel's,
+// unless out's is smaller. A packet sized for the tunnel but too big for
+// the link it leaves by would be dropped there (or fragmented).
+func TableMTU(tun, out netwatch.Link) uint32 {
+	if out.MTU != 0 && out.MTU < tun.MTU {
+		return out.MTU
+	}
+	return tun.MTU
+}
+
+// repair is the lowered main route r as it is to be: without an explicit
+// MTU, so that it follows its link's, and otherwise unchanged. The old
+// approach gave a route that had no MTU of its own the tunnel's; dropping
+// it undoes that exactly and keeps the route right when the link's MTU
+// changes later. The lowered MTU's lock goes with it.
+func repair(r netwatch.Route) netwatch.Route {
+	r.MTU = 0
+	r.Flags &^= netwatch.KernelRouteFlags
+	return r
 }
 
 func (c Config) owned() netwatch.Owned {
@@ -157,7 +217,7 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 			Gateway:  r.Gateway,
 			Index:    r.Index,
 			PrefSrc:  prefSrc(v, r),
-			MTU:      tun.MTU,
+			MTU:      TableMTU(tun, out),
 			Protocol: c.Protocol,
 			Scope:    r.Scope,
 			Type:     netwatch.RouteUnicast,
@@ -169,10 +229,7 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 		keys[t.Key()] = true
 		split = append(split, t)
 		if c.Repair && r.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU {
-			fix := r
-			fix.MTU = out.MTU
-			fix.Flags &^= netwatch.KernelRouteFlags
-			d.Repairs = append(d.Repairs, fix)
+			d.Repairs = append(d.Repairs, repair(r))
 		}
 	}
 	if len(split) == 0 {
