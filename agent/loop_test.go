@@ -497,3 +497,33 @@ func TestLoopIPv6(t *testing.T) {
 		}
 	}
 }
+
+// A tunnel below IPv6's minimum MTU: IPv4 is split, IPv6 is not, and the
+// log says so once.
+func TestLoopTunnelBelowIPv6Minimum(t *testing.T) {
+	k, enp, wg := seedKernel(t)
+	must(t, k.SetLinkMTU(wg, 1200))
+	must(t, k.AddAddr(enp, netip.MustParsePrefix("fd00::5/64")))
+	must(t, k.AddRoute(nltest.Route{Dst: netip.MustParsePrefix("fd00:1::/48"), Gateway: netip.MustParseAddr("fd00::1"),
+		Index: enp, Protocol: unix.RTPROT_STATIC}))
+	cfg := seedConfig()
+	cfg.Prefixes = append(cfg.Prefixes, netip.MustParsePrefix("fd00::/16"))
+	h := newHarnessCfg(t, k, cfg)
+	h.start()
+	h.l.setMode(mtupolicy.ModeOn)
+	h.waitConverged()
+	k.AddLink("eth9", "veth", 1500, true) // another pass
+	h.waitConverged()
+	for _, r := range k.Routes() {
+		if r.Table == 900 && r.Family() == unix.AF_INET6 {
+			t.Errorf("IPv6 route in table 900 at a tunnel MTU of 1200: %v", r)
+		}
+	}
+	if !slices.Contains(h.takeLines(), "table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1200") {
+		t.Error("IPv4 not split")
+	}
+	note := "inet6: tunnel link cilium_wg0's MTU 1200 is below the family's minimum 1280: inet6 is not split"
+	if n := strings.Count(h.log(), note); n != 1 {
+		t.Errorf("the note is logged %d times, want once:\n%s", n, h.log())
+	}
+}
