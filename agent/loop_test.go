@@ -290,9 +290,9 @@ func TestLoopRestoresAndTurnsOff(t *testing.T) {
 	h.waitPass("that removes the split", applied(3))
 	want = []string{
 		"node encryption: no",
-		"rule 900: removed not fwmark 0xe00/0xf00 lookup 900",
-		"table 900: removed 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1420",
-		"table 900: removed 10.0.0.1/32 dev enp7s0 scope link src 10.0.0.5 mtu 1420",
+		"rule 900: removed not fwmark 0xe00/0xf00 lookup 900 proto 109",
+		"table 900: removed 10.0.0.0/16 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1420",
+		"table 900: removed 10.0.0.1/32 dev enp7s0 proto 109 scope link src 10.0.0.5 mtu 1420",
 	}
 	if diff := cmp.Diff(want, h.takeLines()); diff != "" {
 		t.Errorf("lines (-want +got):\n%s", diff)

@@ -217,7 +217,7 @@ func drawRoute(t *rapid.T, label string, table netwatch.Table, dst4, dst6 []stri
 }
 
 func drawRule(t *rapid.T, label string) netwatch.Rule {
-	return netwatch.Rule{
+	r := netwatch.Rule{
 		Family:   rapid.SampledFrom([]netwatch.Family{netwatch.IPv4, netwatch.IPv6}).Draw(t, label+"Family"),
 		Table:    rapid.SampledFrom([]netwatch.Table{900, 901, 200}).Draw(t, label+"Table"),
 		Action:   netwatch.ActionToTable,
@@ -225,8 +225,11 @@ func drawRule(t *rapid.T, label string) netwatch.Rule {
 		Mark:     rapid.SampledFrom([]netwatch.Mark{0, 0xe00, 0x1e00, 0x200}).Draw(t, label+"Mark"),
 		Mask:     rapid.SampledFrom([]netwatch.Mark{0, 0xf00, 0xff00}).Draw(t, label+"Mask"),
 		Protocol: rapid.SampledFrom([]netwatch.Protocol{0, mtupolicy.DefaultProtocol, netwatch.ProtoKernel}).Draw(t, label+"Proto"),
-		Unknown:  rapid.IntRange(0, 5).Draw(t, label+"Unknown") == 0,
 	}
+	if rapid.IntRange(0, 5).Draw(t, label+"Attrs") == 0 {
+		r.Attrs = dscpAttr
+	}
+	return r
 }
 
 // Case 14: nothing outside the owned table and priority is ever touched,

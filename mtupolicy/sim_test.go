@@ -145,7 +145,7 @@ func ruleExists(n, r netwatch.Rule) bool {
 		r.IIF != n.IIF || r.OIF != n.OIF || r.Mark != n.Mark || r.SuppressIfGroup != n.SuppressIfGroup ||
 		r.SuppressPrefixLen != n.SuppressPrefixLen || mask(r) != mask(n) || r.TunID != n.TunID ||
 		r.L3MDev != n.L3MDev || r.UID != n.UID || r.IPProto != n.IPProto || r.Protocol != n.Protocol ||
-		r.SPort != n.SPort || r.DPort != n.DPort {
+		r.SPort != n.SPort || r.DPort != n.DPort || r.Attrs != n.Attrs {
 		return false
 	}
 	return compareSelectors(r, n)
@@ -188,6 +188,7 @@ func ruleFind(rs []netwatch.Rule, req netwatch.Rule) int {
 		case req.Protocol != 0 && r.Protocol != req.Protocol:
 		case req.SPort != (netwatch.PortRange{}) && r.SPort != req.SPort:
 		case req.DPort != (netwatch.PortRange{}) && r.DPort != req.DPort:
+		case req.Attrs != "" && r.Attrs != req.Attrs: // FRA_DSCP and the like, sent and compared
 		default:
 			return compareSelectors(r, req)
 		}

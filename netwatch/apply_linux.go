@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -79,9 +80,11 @@ func (a *Applier) do(op Op) (already bool, err error) {
 		typ, flags = unix.RTM_NEWROUTE, flags|netlink.Create|netlink.Replace
 		data, err = encodeRoute(op.Route)
 	case RouteDelete:
+		// The route's identity, nothing else: the kernel compares the
+		// metrics a delete names, and adds some of its own (rto_min's lock).
 		r := op.Route
 		r.Scope = ScopeNowhere // the kernel's wildcard
-		r.MTU = 0
+		r.MTU, r.Metrics, r.Expires, r.Pref, r.Attrs = 0, Metrics{}, time.Time{}, PrefMedium, ""
 		typ, ok = unix.RTM_DELROUTE, []unix.Errno{unix.ESRCH}
 		data, err = encodeRoute(r)
 	case RuleAdd:
@@ -172,7 +175,11 @@ func (a *Applier) RouteGet(dst netip.Addr, mark Mark) (Route, error) {
 		}
 		d := append([]byte(nil), m.Data...)
 		binary.NativeEndian.PutUint32(d[8:12], binary.NativeEndian.Uint32(d[8:12])&^rtmFCloned)
-		return decodeRoute(d, tableFilter{})
+		r, err := decodeRoute(d, tableFilter{})
+		// The answer echoes the question (the mark, the uid of the asking
+		// socket): not attributes of the route.
+		r.Attrs = r.Attrs.without(unix.RTA_MARK, unix.RTA_UID, unix.RTA_IP_PROTO, unix.RTA_SPORT, unix.RTA_DPORT)
+		return r, err
 	}
 	return Route{}, fmt.Errorf("netwatch: route get %v: no route in the kernel's answer", dst)
 }

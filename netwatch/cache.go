@@ -122,12 +122,8 @@ func (s *state) usesPrefSrc(f Family, a netip.Addr) bool {
 	return false
 }
 
-// sameRule matches a deleted rule to a cached one: Equal, except that
-// rules with undecoded attributes match on everything decoded.
-func sameRule(a, b Rule) bool {
-	a.Unknown, b.Unknown = false, false
-	return a == b
-}
+// sameRule matches a deleted rule to a cached one.
+func sameRule(a, b Rule) bool { return a.Equal(b) }
 
 // sameRoute matches a deleted route to a cached one by what identifies it
 // beyond the key: its next hops and type. Flags and metrics may have

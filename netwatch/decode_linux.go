@@ -5,8 +5,8 @@ package netwatch
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -21,69 +21,6 @@ import (
 // family (multicast routing, MPLS), a cloned route, a table outside the
 // filter, a per-protocol link message.
 var errSkip = errors.New("netwatch: message not cached")
-
-// errMalformed wraps every decoding failure.
-var errMalformed = errors.New("netwatch: malformed rtnetlink message")
-
-func malformed(what string, args ...any) error {
-	return fmt.Errorf("%w: "+what, append([]any{errMalformed}, args...)...)
-}
-
-// attrs iterates over netlink attributes without allocating.
-type attrs struct {
-	b   []byte
-	typ uint16
-	val []byte
-	err error
-}
-
-func (a *attrs) next() bool {
-	if len(a.b) == 0 || a.err != nil {
-		return false
-	}
-	if len(a.b) < 4 {
-		a.err = malformed("truncated attribute header")
-		return false
-	}
-	l := int(binary.NativeEndian.Uint16(a.b[0:2]))
-	if l < 4 || l > len(a.b) {
-		a.err = malformed("attribute length %d out of range", l)
-		return false
-	}
-	a.typ = binary.NativeEndian.Uint16(a.b[2:4]) & 0x3fff // strip NLA_F_NESTED, NLA_F_NET_BYTEORDER
-	a.val = a.b[4:l]
-	al := (l + 3) &^ 3
-	if al > len(a.b) {
-		al = len(a.b)
-	}
-	a.b = a.b[al:]
-	return true
-}
-
-func (a *attrs) u32() (uint32, error) {
-	if len(a.val) != 4 {
-		return 0, malformed("attribute %d: want 4 bytes, have %d", a.typ, len(a.val))
-	}
-	return binary.NativeEndian.Uint32(a.val), nil
-}
-
-func (a *attrs) u8() (uint8, error) {
-	if len(a.val) != 1 {
-		return 0, malformed("attribute %d: want 1 byte, have %d", a.typ, len(a.val))
-	}
-	return a.val[0], nil
-}
-
-func (a *attrs) str() string {
-	v := a.val
-	for i, c := range v {
-		if c == 0 {
-			v = v[:i]
-			break
-		}
-	}
-	return string(v)
-}
 
 func addrOf(f Family, b []byte) (netip.Addr, error) {
 	switch {
@@ -273,40 +210,7 @@ func decodeRoute(b []byte, tables tableFilter) (Route, error) {
 	a := attrs{b: b[unix.SizeofRtMsg:]}
 	var err error
 	for a.next() && err == nil {
-		switch a.typ {
-		case unix.RTA_TABLE:
-			var t uint32
-			t, err = a.u32()
-			r.Table = Table(t)
-		case unix.RTA_DST:
-			dst, err = addrOf(f, a.val)
-		case unix.RTA_SRC:
-			src, err = addrOf(f, a.val)
-		case unix.RTA_OIF:
-			r.Index, err = a.u32()
-		case unix.RTA_GATEWAY:
-			r.Gateway, err = addrOf(f, a.val)
-		case unix.RTA_VIA:
-			r.Gateway, err = decodeVia(a.val)
-		case unix.RTA_PRIORITY:
-			r.Metric, err = a.u32()
-		case unix.RTA_PREFSRC:
-			r.PrefSrc, err = addrOf(f, a.val)
-		case unix.RTA_METRICS:
-			m := attrs{b: a.val}
-			for m.next() {
-				if m.typ == unix.RTAX_MTU {
-					r.MTU, err = m.u32()
-				}
-			}
-			if err == nil {
-				err = m.err
-			}
-		case unix.RTA_MULTIPATH:
-			r.NextHops, err = decodeMultipath(f, a.val)
-		case rtaNHID:
-			r.NHID, err = a.u32()
-		}
+		err = r.decodeAttr(&a, &dst, &src)
 	}
 	if err == nil {
 		err = a.err
@@ -336,6 +240,127 @@ func decodeRoute(b []byte, tables tableFilter) (Route, error) {
 	}
 	return r, nil
 }
+
+// decodeAttr decodes one attribute of a route message into r (dst and
+// src take RTA_DST and RTA_SRC). What it does not decode it keeps in
+// r.Attrs.
+func (r *Route) decodeAttr(a *attrs, dst, src *netip.Addr) (err error) {
+	f := r.Family
+	switch a.typ {
+	case unix.RTA_TABLE:
+		var t uint32
+		t, err = a.u32()
+		r.Table = Table(t)
+	case unix.RTA_DST:
+		*dst, err = addrOf(f, a.val)
+	case unix.RTA_SRC:
+		*src, err = addrOf(f, a.val)
+	case unix.RTA_OIF:
+		r.Index, err = a.u32()
+	case unix.RTA_GATEWAY:
+		r.Gateway, err = addrOf(f, a.val)
+	case unix.RTA_VIA:
+		r.Gateway, err = decodeVia(a.val)
+	case unix.RTA_PRIORITY:
+		r.Metric, err = a.u32()
+	case unix.RTA_PREFSRC:
+		r.PrefSrc, err = addrOf(f, a.val)
+	case unix.RTA_METRICS:
+		r.MTU, r.Metrics, err = decodeMetrics(a.val)
+	case unix.RTA_MULTIPATH:
+		r.NextHops, err = decodeMultipath(f, a.val)
+	case rtaNHID:
+		r.NHID, err = a.u32()
+	case unix.RTA_FLOW:
+		r.Flow, err = a.u32()
+	case unix.RTA_PREF:
+		var p uint8
+		p, err = a.u8()
+		r.Pref = RoutePref(p)
+	case unix.RTA_CACHEINFO:
+		r.Expires, err = decodeExpires(a.val)
+	case unix.RTA_ENCAP_TYPE:
+		r.Encap.Type, err = a.u16()
+	case unix.RTA_ENCAP:
+		r.Encap.Data = string(a.val)
+	case unix.RTA_PAD:
+	default:
+		r.Attrs = a.keep(r.Attrs)
+	}
+	return err
+}
+
+// decodeMetrics decodes RTA_METRICS: the MTU apart, the rest and the locks
+// into Metrics, what it does not know into Metrics.Attrs.
+func decodeMetrics(b []byte) (mtu uint32, m Metrics, err error) {
+	a := attrs{b: b}
+	for a.next() && err == nil {
+		if a.typ == unix.RTAX_CC_ALGO {
+			m.CongCtl = a.str()
+			continue
+		}
+		var p *uint32
+		switch a.typ {
+		case unix.RTAX_LOCK:
+			p = &m.Locks
+		case unix.RTAX_MTU:
+			p = &mtu
+		case unix.RTAX_WINDOW:
+			p = &m.Window
+		case unix.RTAX_RTT:
+			p = &m.RTT
+		case unix.RTAX_RTTVAR:
+			p = &m.RTTVar
+		case unix.RTAX_SSTHRESH:
+			p = &m.SSThresh
+		case unix.RTAX_CWND:
+			p = &m.CWnd
+		case unix.RTAX_ADVMSS:
+			p = &m.AdvMSS
+		case unix.RTAX_REORDERING:
+			p = &m.Reordering
+		case unix.RTAX_HOPLIMIT:
+			p = &m.HopLimit
+		case unix.RTAX_INITCWND:
+			p = &m.InitCWnd
+		case unix.RTAX_FEATURES:
+			p = &m.Features
+		case unix.RTAX_RTO_MIN:
+			p = &m.RTOMin
+		case unix.RTAX_INITRWND:
+			p = &m.InitRWnd
+		case unix.RTAX_QUICKACK:
+			p = &m.QuickAck
+		case unix.RTAX_FASTOPEN_NO_COOKIE:
+			p = &m.FastOpen
+		default:
+			m.Attrs = a.keep(m.Attrs)
+			continue
+		}
+		*p, err = a.u32()
+	}
+	if err == nil {
+		err = a.err
+	}
+	return mtu, m, err
+}
+
+// decodeExpires reads the remaining lifetime out of RTA_CACHEINFO (struct
+// rta_cacheinfo: rta_expires, in clock ticks of USER_HZ, is the third
+// field; the others are statistics, which the cache does not keep).
+func decodeExpires(b []byte) (time.Time, error) {
+	if len(b) < 12 {
+		return time.Time{}, malformed("RTA_CACHEINFO of %d bytes", len(b))
+	}
+	ticks := int32(binary.NativeEndian.Uint32(b[8:12]))
+	if ticks == 0 {
+		return time.Time{}, nil
+	}
+	return time.Now().Add(time.Duration(ticks) * time.Second / userHZ), nil
+}
+
+// userHZ is USER_HZ, the unit of clock_t in netlink messages.
+const userHZ = 100
 
 func decodeVia(b []byte) (netip.Addr, error) {
 	if len(b) < 2 {
@@ -373,6 +398,14 @@ func decodeMultipath(f Family, b []byte) ([]NextHop, error) {
 				nh.Gateway, err = addrOf(f, a.val)
 			case unix.RTA_VIA:
 				nh.Gateway, err = decodeVia(a.val)
+			case unix.RTA_FLOW:
+				nh.Flow, err = a.u32()
+			case unix.RTA_ENCAP_TYPE:
+				nh.Encap.Type, err = a.u16()
+			case unix.RTA_ENCAP:
+				nh.Encap.Data = string(a.val)
+			default:
+				nh.Attrs = a.keep(nh.Attrs)
 			}
 		}
 		if err == nil {
@@ -391,23 +424,7 @@ func decodeMultipath(f Family, b []byte) ([]NextHop, error) {
 	return nhs, nil
 }
 
-// FRA_* attributes up to FRA_DPORT_RANGE are decoded; later ones (DSCP,
-// flow label, port masks on newer kernels) flag the rule as Unknown.
-const (
-	fraLastKnown   = 24
-	fibRuleInvert  = 0x2
-	fraTunID       = 12
-	fraSuppressIfg = 13
-	fraSuppressLen = 14
-	fraL3MDev      = 19
-	fraUIDRange    = 20
-	fraProtocol    = 21
-	fraIPProto     = 22
-	fraSPortRange  = 23
-	fraDPortRange  = 24
-	fraPad         = 18
-	fraFlow        = 11
-)
+const fibRuleInvert = 0x2 // FIB_RULE_INVERT
 
 func decodeRule(b []byte) (Rule, error) {
 	if len(b) < 12 {
@@ -417,94 +434,21 @@ func decodeRule(b []byte) (Rule, error) {
 	if !ok {
 		return Rule{}, errSkip
 	}
+	hflags := binary.NativeEndian.Uint32(b[8:12])
 	r := Rule{
 		Family: f,
 		TOS:    b[3],
 		Table:  Table(b[4]),
 		Action: RuleAction(b[7]),
-		Invert: binary.NativeEndian.Uint32(b[8:12])&fibRuleInvert != 0,
+		Invert: hflags&fibRuleInvert != 0,
+		State:  hflags &^ fibRuleInvert,
 	}
 	dstBits, srcBits := int(b[1]), int(b[2])
 	var dst, src netip.Addr
 	a := attrs{b: b[12:]}
 	var err error
 	for a.next() && err == nil {
-		switch a.typ {
-		case unix.FRA_DST:
-			dst, err = addrOf(f, a.val)
-		case unix.FRA_SRC:
-			src, err = addrOf(f, a.val)
-		case unix.FRA_IIFNAME:
-			r.IIF = a.str()
-		case unix.FRA_OIFNAME:
-			r.OIF = a.str()
-		case unix.FRA_GOTO:
-			r.Goto, err = a.u32()
-		case unix.FRA_PRIORITY:
-			r.Priority, err = a.u32()
-		case unix.FRA_FWMARK:
-			var v uint32
-			v, err = a.u32()
-			r.Mark = Mark(v)
-		case unix.FRA_FWMASK:
-			var v uint32
-			v, err = a.u32()
-			r.Mask = Mark(v)
-		case fraFlow:
-			r.Flow, err = a.u32()
-		case fraTunID:
-			if len(a.val) != 8 {
-				err = malformed("FRA_TUN_ID of %d bytes", len(a.val))
-			} else {
-				r.TunID = binary.BigEndian.Uint64(a.val)
-			}
-		case fraSuppressIfg, fraSuppressLen:
-			var v uint32
-			v, err = a.u32()
-			o := Optional{Set: int32(v) != -1, Value: int32(v)}
-			if !o.Set {
-				o.Value = 0
-			}
-			if a.typ == fraSuppressIfg {
-				r.SuppressIfGroup = o
-			} else {
-				r.SuppressPrefixLen = o
-			}
-		case unix.FRA_TABLE:
-			var v uint32
-			v, err = a.u32()
-			r.Table = Table(v)
-		case fraL3MDev:
-			r.L3MDev, err = a.u8()
-		case fraUIDRange:
-			if len(a.val) != 8 {
-				err = malformed("FRA_UID_RANGE of %d bytes", len(a.val))
-			} else {
-				r.UID = UIDRange{Set: true, Start: binary.NativeEndian.Uint32(a.val[0:4]), End: binary.NativeEndian.Uint32(a.val[4:8])}
-			}
-		case fraProtocol:
-			var v uint8
-			v, err = a.u8()
-			r.Protocol = Protocol(v)
-		case fraIPProto:
-			r.IPProto, err = a.u8()
-		case fraSPortRange, fraDPortRange:
-			if len(a.val) != 4 {
-				err = malformed("port range of %d bytes", len(a.val))
-				break
-			}
-			pr := PortRange{binary.NativeEndian.Uint16(a.val[0:2]), binary.NativeEndian.Uint16(a.val[2:4])}
-			if a.typ == fraSPortRange {
-				r.SPort = pr
-			} else {
-				r.DPort = pr
-			}
-		case fraPad:
-		default:
-			if a.typ > fraLastKnown {
-				r.Unknown = true
-			}
-		}
+		err = r.decodeAttr(&a, &dst, &src)
 	}
 	if err == nil {
 		err = a.err
@@ -525,6 +469,75 @@ func decodeRule(b []byte) (Rule, error) {
 		r.Src = netip.PrefixFrom(src, srcBits).Masked()
 	}
 	return r, nil
+}
+
+// decodeAttr decodes one attribute of a rule message into r (dst and src
+// take FRA_DST and FRA_SRC); what it does not decode it keeps in r.Attrs.
+func (r *Rule) decodeAttr(a *attrs, dst, src *netip.Addr) (err error) {
+	switch a.typ {
+	case unix.FRA_DST:
+		*dst, err = addrOf(r.Family, a.val)
+	case unix.FRA_SRC:
+		*src, err = addrOf(r.Family, a.val)
+	case unix.FRA_IIFNAME:
+		r.IIF = a.str()
+	case unix.FRA_OIFNAME:
+		r.OIF = a.str()
+	case unix.FRA_GOTO:
+		r.Goto, err = a.u32()
+	case unix.FRA_PRIORITY:
+		r.Priority, err = a.u32()
+	case unix.FRA_FWMARK:
+		var v uint32
+		v, err = a.u32()
+		r.Mark = Mark(v)
+	case unix.FRA_FWMASK:
+		var v uint32
+		v, err = a.u32()
+		r.Mask = Mark(v)
+	case unix.FRA_FLOW:
+		r.Flow, err = a.u32()
+	case unix.FRA_TUN_ID:
+		if len(a.val) != 8 {
+			return malformed("FRA_TUN_ID of %d bytes", len(a.val))
+		}
+		r.TunID = binary.BigEndian.Uint64(a.val)
+	case unix.FRA_SUPPRESS_IFGROUP:
+		r.SuppressIfGroup, err = a.optional()
+	case unix.FRA_SUPPRESS_PREFIXLEN:
+		r.SuppressPrefixLen, err = a.optional()
+	case unix.FRA_TABLE:
+		var v uint32
+		v, err = a.u32()
+		r.Table = Table(v)
+	case unix.FRA_L3MDEV:
+		r.L3MDev, err = a.u8()
+	case unix.FRA_UID_RANGE:
+		if len(a.val) != 8 {
+			return malformed("FRA_UID_RANGE of %d bytes", len(a.val))
+		}
+		r.UID = UIDRange{Set: true, Start: binary.NativeEndian.Uint32(a.val[0:4]), End: binary.NativeEndian.Uint32(a.val[4:8])}
+	case unix.FRA_PROTOCOL:
+		var v uint8
+		v, err = a.u8()
+		r.Protocol = Protocol(v)
+	case unix.FRA_IP_PROTO:
+		r.IPProto, err = a.u8()
+	case unix.FRA_SPORT_RANGE, unix.FRA_DPORT_RANGE:
+		if len(a.val) != 4 {
+			return malformed("port range of %d bytes", len(a.val))
+		}
+		pr := PortRange{binary.NativeEndian.Uint16(a.val[0:2]), binary.NativeEndian.Uint16(a.val[2:4])}
+		if a.typ == unix.FRA_SPORT_RANGE {
+			r.SPort = pr
+		} else {
+			r.DPort = pr
+		}
+	case unix.FRA_PAD:
+	default:
+		r.Attrs = a.keep(r.Attrs)
+	}
+	return err
 }
 
 // tableFilter restricts which routing tables are cached; the zero value
@@ -589,6 +602,7 @@ func decodeCompact(b []byte, tables tableFilter, c *compactRoute) (ok bool) {
 		dst, src, gw, psrc     [16]byte
 		srcOK, gwOK, psrcOK    bool
 		oif, metric, mtu, nhid uint32
+		pref                   uint8
 	)
 	a := attrs{b: b[unix.SizeofRtMsg:]}
 	for a.next() {
@@ -633,14 +647,13 @@ func decodeCompact(b []byte, tables tableFilter, c *compactRoute) (ok bool) {
 			copy(psrc[:], v)
 			psrcOK = true
 		case unix.RTA_METRICS:
+			// The MTU alone: other metrics and locks take the other path.
 			m := attrs{b: v}
 			for m.next() {
-				if m.typ == unix.RTAX_MTU {
-					if len(m.val) != 4 {
-						return false
-					}
-					mtu = binary.NativeEndian.Uint32(m.val)
+				if m.typ != unix.RTAX_MTU || len(m.val) != 4 {
+					return false
 				}
+				mtu = binary.NativeEndian.Uint32(m.val)
 			}
 			if m.err != nil {
 				return false
@@ -650,7 +663,20 @@ func decodeCompact(b []byte, tables tableFilter, c *compactRoute) (ok bool) {
 				return false
 			}
 			nhid = binary.NativeEndian.Uint32(v)
-		case unix.RTA_MULTIPATH, unix.RTA_VIA:
+		case unix.RTA_PREF:
+			if len(v) != 1 || v[0] > 3 {
+				return false
+			}
+			pref = v[0]
+		case unix.RTA_CACHEINFO:
+			// Statistics, and an expiry: a route that expires takes the
+			// other path.
+			if len(v) < 12 || binary.NativeEndian.Uint32(v[8:12]) != 0 {
+				return false
+			}
+		case unix.RTA_PAD:
+		default:
+			// Multipath, RTA_VIA, realms, encapsulation, anything else.
 			return false
 		}
 	}
@@ -665,6 +691,10 @@ func decodeCompact(b []byte, tables tableFilter, c *compactRoute) (ok bool) {
 	if psrcOK {
 		has |= hasPsrc
 	}
+	if pref != 0 && f == IPv4 {
+		return false
+	}
+	has |= pref << prefShift
 	proto, scope, typ := b[5], b[6], b[7]
 	if f == IPv4 {
 		c.k4 = key4{dst: maskAddr4([4]byte(dst[:4]), dstBits), bits: dstBits, tos: tos, metric: metric}

@@ -1,8 +1,10 @@
 package netwatch
 
 import (
+	"encoding/hex"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Describe renders o as the one log line of the kernel change it makes, in
@@ -10,34 +12,44 @@ import (
 //
 //	table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355
 //	table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1420 (was 1355)
-//	table 900: removed 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355
+//	table 900: removed 10.0.0.0/16 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1355
 //	rule 900: not fwmark 0xe00/0xf00 lookup 900
-//	rule 900 (inet6): removed not fwmark 0xe00/0xf00 lookup 900
+//	rule 900 (inet6): removed not fwmark 0xe00/0xf00 lookup 900 proto 109
 //	dhcp route 10.0.0.0/16 mtu 1450 (was 1355)
 //
-// The last is a repair of a foreign route, named by its protocol. links
-// resolves link indexes to names, as View.Link does; without it, or for a
-// link it does not know, a link is "#INDEX". Call it inside Read, with the
-// view the plan was made from.
+// Every attribute the object has is named (metrics and their locks,
+// realms, expiry, preference, flags such as onlink, encapsulation, and
+// undecoded attributes as hex), and every one that differs from before;
+// the protocol is named on removals and when it changes. The last line is
+// a repair of a foreign route, named by its protocol, with what changed.
+// links resolves link indexes to names, as View.Link does; without it, or
+// for a link it does not know, a link is "#INDEX". Call it inside Read,
+// with the view the plan was made from.
 func (o Op) Describe(links func(index uint32) (Link, bool)) string {
 	switch o.Kind {
 	case RouteReplace:
 		if o.Repair {
 			return o.describeRepair(links)
 		}
-		var was []word
-		if o.HasWas {
-			was = routeAttrs(o.Was, links)
+		now := routeWords(o.Route, links)
+		if !o.HasWas {
+			return "table " + o.Route.Table.String() + ": " + render(without(now, "proto"))
 		}
-		return "table " + o.Route.Table.String() + ": " + renderDiff(routeAttrs(o.Route, links), was, o.HasWas)
+		was := routeWords(o.Was, links)
+		if v, _ := lookup(was, "proto"); v == mustLookup(now, "proto") {
+			now, was = without(now, "proto"), without(was, "proto")
+		}
+		return "table " + o.Route.Table.String() + ": " + renderDiff(now, was)
 	case RouteDelete:
-		return "table " + o.Route.Table.String() + ": removed " + render(routeAttrs(o.Route, links))
+		words := routeWords(o.Route, links)
+		if p := o.Route.Protocol; p == ProtoUnspec || p == ProtoBoot {
+			words = without(words, "proto") // as ip(8), which leaves out boot
+		}
+		return "table " + o.Route.Table.String() + ": removed " + render(words)
 	case RuleAdd:
-		head, body := ruleText(o.Rule)
-		return head + ":" + body
+		return ruleHead(o.Rule) + ": " + render(without(ruleWords(o.Rule), "proto"))
 	case RuleDelete:
-		head, body := ruleText(o.Rule)
-		return head + ": removed" + body
+		return ruleHead(o.Rule) + ": removed " + render(ruleWords(o.Rule))
 	}
 	return o.Kind.String()
 }
@@ -56,10 +68,12 @@ func (o Op) DescribeWhole(links func(index uint32) (Link, bool)) string {
 
 // Describe renders r in ip(8)'s words and order, with link names from
 // links (as in Op.Describe): the destination (after the type, unless
-// unicast), then from, via, dev, nexthops, nhid, scope, src, metric and
-// mtu where set. Unlike String, it leaves out the table.
+// unicast), then from, tos, via, dev, nexthops, nhid, scope, src, metric,
+// flags, expiry, realms, metrics, preference, encapsulation and undecoded
+// attributes where set. Unlike String, it leaves out the table, and the
+// protocol.
 func (r Route) Describe(links func(index uint32) (Link, bool)) string {
-	return render(routeAttrs(r, links))
+	return render(without(routeWords(r, links), "proto"))
 }
 
 // describeRepair names a foreign route by its protocol and shows only
@@ -81,13 +95,13 @@ func (o Op) describeRepair(links func(uint32) (Link, bool)) string {
 			rt.MTU = l.MTU
 		}
 	}
-	now := routeAttrs(rt, links)
+	now := routeWords(rt, links)[1:]
 	if !o.HasWas {
-		return head + " " + render(now[1:])
+		return head + " " + render(now)
 	}
-	was := routeAttrs(o.Was, links)
+	was := routeWords(o.Was, links)[1:]
 	var words []string
-	for _, a := range now[1:] {
+	for _, a := range now {
 		switch w, ok := lookup(was, a.name); {
 		case !ok:
 			words = append(words, render([]word{a})+" (was unset)")
@@ -95,31 +109,28 @@ func (o Op) describeRepair(links func(uint32) (Link, bool)) string {
 			words = append(words, render([]word{a})+" (was "+w+")")
 		}
 	}
-	for _, w := range was[1:] {
+	for _, w := range was {
 		if _, ok := lookup(now, w.name); !ok {
 			words = append(words, "(was "+render([]word{w})+")")
 		}
 	}
 	if len(words) == 0 {
-		// Only something ip(8) does not print differs (flags).
-		return head + " " + render(now[1:]) + " (was " + render(was[1:]) + ")"
+		return head + " " + render(now) + " (unchanged)"
 	}
 	return head + " " + strings.Join(words, " ")
 }
 
-// ruleText splits a rule into "rule 900" ("rule 900 (inet6)" for IPv6)
-// and " not fwmark 0xe00/0xf00 lookup 900".
-func ruleText(r Rule) (head, body string) {
-	p := strconv.FormatUint(uint64(r.Priority), 10)
-	head = "rule " + p
+// ruleHead is "rule 900", or "rule 900 (inet6)" for IPv6.
+func ruleHead(r Rule) string {
+	head := "rule " + strconv.FormatUint(uint64(r.Priority), 10)
 	if r.Family == IPv6 {
 		head += " (inet6)"
 	}
-	return head, strings.TrimPrefix(r.String(), p+":")
+	return head
 }
 
-// word is one word of a route in ip(8)'s order; the destination has no
-// name.
+// word is one word of a route or rule in ip(8)'s order; the destination
+// and flags have no name.
 type word struct{ name, value string }
 
 func lookup(as []word, name string) (string, bool) {
@@ -131,6 +142,22 @@ func lookup(as []word, name string) (string, bool) {
 	return "", false
 }
 
+func mustLookup(as []word, name string) string {
+	v, _ := lookup(as, name)
+	return v
+}
+
+// without returns as without the word called name.
+func without(as []word, name string) []word {
+	out := make([]word, 0, len(as))
+	for _, a := range as {
+		if a.name != name {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 func linkName(links func(uint32) (Link, bool), index uint32) string {
 	if links != nil {
 		if l, ok := links(index); ok {
@@ -140,8 +167,11 @@ func linkName(links func(uint32) (Link, bool), index uint32) string {
 	return "#" + strconv.FormatUint(uint64(index), 10)
 }
 
-// routeAttrs lists a route's words, as Route.Describe renders them.
-func routeAttrs(r Route, links func(uint32) (Link, bool)) []word {
+func itoa[T ~uint8 | ~uint16 | ~uint32 | ~uint64](v T) string { return strconv.FormatUint(uint64(v), 10) }
+
+// routeWords lists a route's words, as Route.Describe renders them and in
+// ip(8)'s order; the protocol is among them.
+func routeWords(r Route, links func(uint32) (Link, bool)) []word {
 	dst := r.Dst.String()
 	if r.Type != RouteUnicast && r.Type != RouteUnspec {
 		dst = r.Type.String() + " " + dst
@@ -150,6 +180,9 @@ func routeAttrs(r Route, links func(uint32) (Link, bool)) []word {
 	add := func(name, value string) { as = append(as, word{name, value}) }
 	if r.Src.IsValid() {
 		add("from", r.Src.String())
+	}
+	if r.TOS != 0 {
+		add("tos", "0x"+strconv.FormatUint(uint64(r.TOS), 16))
 	}
 	if r.Gateway.IsValid() {
 		add("via", r.Gateway.String())
@@ -160,18 +193,14 @@ func routeAttrs(r Route, links func(uint32) (Link, bool)) []word {
 	if len(r.NextHops) > 0 {
 		var nhs []string
 		for _, nh := range r.NextHops {
-			s := ""
-			if nh.Gateway.IsValid() {
-				s += "via " + nh.Gateway.String() + " "
-			}
-			s += "dev " + linkName(links, nh.Index) + " weight " + strconv.Itoa(int(nh.Weight))
-			nhs = append(nhs, s)
+			nhs = append(nhs, hopText(nh, r.Family, links))
 		}
 		add("nexthop", strings.Join(nhs, " nexthop "))
 	}
 	if r.NHID != 0 {
-		add("nhid", strconv.FormatUint(uint64(r.NHID), 10))
+		add("nhid", itoa(r.NHID))
 	}
+	add("proto", r.Protocol.String())
 	if r.Scope != ScopeUniverse {
 		add("scope", r.Scope.String())
 	}
@@ -179,12 +208,282 @@ func routeAttrs(r Route, links func(uint32) (Link, bool)) []word {
 		add("src", r.PrefSrc.String())
 	}
 	if r.Metric != 0 {
-		add("metric", strconv.FormatUint(uint64(r.Metric), 10))
+		add("metric", itoa(r.Metric))
 	}
-	if r.MTU != 0 {
-		add("mtu", strconv.FormatUint(uint64(r.MTU), 10))
+	if f := flagText(r.Flags); f != "" {
+		add("flags", f)
+	}
+	if !r.Expires.IsZero() {
+		add("expires", strconv.Itoa(int(time.Until(r.Expires).Round(time.Second)/time.Second))+"sec")
+	}
+	if r.Flow != 0 {
+		name, v := realmsText(r.Flow)
+		add(name, v)
+	}
+	as = append(as, metricWords(r.MTU, r.Metrics)...)
+	if r.Family == IPv6 && r.Pref != PrefMedium {
+		add("pref", r.Pref.String())
+	}
+	if r.Encap != (Encap{}) {
+		add("encap", encapText(r.Encap))
+	}
+	if r.Attrs != "" {
+		add("attrs", attrsText(r.Attrs))
 	}
 	return as
+}
+
+// hopText is one path of a multipath route.
+func hopText(nh NextHop, f Family, links func(uint32) (Link, bool)) string {
+	var s []string
+	if nh.Gateway.IsValid() {
+		s = append(s, "via "+nh.Gateway.String())
+	}
+	s = append(s, "dev "+linkName(links, nh.Index), "weight "+itoa(nh.Weight))
+	if t := flagText(nh.Flags); t != "" {
+		s = append(s, t)
+	}
+	if nh.Flow != 0 {
+		name, v := realmsText(nh.Flow)
+		s = append(s, name+" "+v)
+	}
+	if nh.Encap != (Encap{}) {
+		s = append(s, "encap "+encapText(nh.Encap))
+	}
+	if nh.Attrs != "" {
+		s = append(s, "attrs "+attrsText(nh.Attrs))
+	}
+	return strings.Join(s, " ")
+}
+
+var flagNames = []struct {
+	f    RouteFlags
+	name string
+}{
+	{RouteDead, "dead"}, {RoutePervasive, "pervasive"}, {RouteOnlink, "onlink"}, {RouteOffload, "offload"},
+	{RouteLinkdown, "linkdown"}, {RouteUnresolved, "unresolved"}, {RouteTrap, "trap"},
+}
+
+// flagText names route flags as ip(8) does, the ones without a name as hex.
+func flagText(f RouteFlags) string {
+	var s []string
+	for _, n := range flagNames {
+		if f&n.f != 0 {
+			s = append(s, n.name)
+			f &^= n.f
+		}
+	}
+	if f != 0 {
+		s = append(s, "flags 0x"+strconv.FormatUint(uint64(f), 16))
+	}
+	return strings.Join(s, " ")
+}
+
+// realmsText renders RTA_FLOW or FRA_FLOW as ip(8) does: "realm TO", or
+// "realms FROM/TO".
+func realmsText(flow uint32) (name, value string) {
+	from, to := flow>>16, flow&0xffff
+	if from == 0 {
+		return "realm", itoa(to)
+	}
+	return "realms", itoa(from) + "/" + itoa(to)
+}
+
+var metricNames = []struct {
+	lock uint32
+	name string
+	get  func(Metrics) uint32
+	unit func(uint32) string
+}{
+	{1 << 3, "window", func(m Metrics) uint32 { return m.Window }, nil},
+	{1 << 4, "rtt", func(m Metrics) uint32 { return m.RTT }, func(v uint32) string { return msText(float64(v) / 8) }},
+	{1 << 5, "rttvar", func(m Metrics) uint32 { return m.RTTVar }, func(v uint32) string { return msText(float64(v) / 4) }},
+	{1 << 6, "ssthresh", func(m Metrics) uint32 { return m.SSThresh }, nil},
+	{1 << 7, "cwnd", func(m Metrics) uint32 { return m.CWnd }, nil},
+	{1 << 8, "advmss", func(m Metrics) uint32 { return m.AdvMSS }, nil},
+	{1 << 9, "reordering", func(m Metrics) uint32 { return m.Reordering }, nil},
+	{1 << 10, "hoplimit", func(m Metrics) uint32 { return m.HopLimit }, nil},
+	{1 << 11, "initcwnd", func(m Metrics) uint32 { return m.InitCWnd }, nil},
+	{1 << 12, "features", func(m Metrics) uint32 { return m.Features }, featuresText},
+	{1 << 13, "rto_min", func(m Metrics) uint32 { return m.RTOMin }, func(v uint32) string { return msText(float64(v)) }},
+	{1 << 14, "initrwnd", func(m Metrics) uint32 { return m.InitRWnd }, nil},
+	{1 << 15, "quickack", func(m Metrics) uint32 { return m.QuickAck }, nil},
+}
+
+// metricWords lists the metrics in ip(8)'s order and words: "mtu lock
+// 1355", "rtt 100ms", "congctl reno".
+func metricWords(mtu uint32, m Metrics) []word {
+	var as []word
+	lock := func(bit uint32) string {
+		if m.Locks&bit != 0 {
+			return "lock "
+		}
+		return ""
+	}
+	if mtu != 0 || m.Locks&LockMTU != 0 {
+		as = append(as, word{"mtu", lock(LockMTU) + itoa(mtu)})
+	}
+	for _, n := range metricNames {
+		if v := n.get(m); v != 0 || m.Locks&n.lock != 0 {
+			s := itoa(v)
+			if n.unit != nil {
+				s = n.unit(v)
+			}
+			as = append(as, word{n.name, lock(n.lock) + s})
+		}
+	}
+	if m.CongCtl != "" {
+		as = append(as, word{"congctl", lock(1<<16) + m.CongCtl})
+	}
+	if m.FastOpen != 0 {
+		as = append(as, word{"fastopen_no_cookie", itoa(m.FastOpen)})
+	}
+	if m.Attrs != "" {
+		as = append(as, word{"metrics", attrsText(m.Attrs)})
+	}
+	return as
+}
+
+func msText(ms float64) string {
+	if ms >= 1000 {
+		return strconv.FormatFloat(ms/1000, 'g', -1, 64) + "s"
+	}
+	return strconv.FormatFloat(ms, 'g', -1, 64) + "ms"
+}
+
+func featuresText(v uint32) string {
+	var s []string
+	for _, f := range []struct {
+		bit  uint32
+		name string
+	}{{1, "ecn"}, {2, "sack"}, {4, "timestamp"}, {8, "allfrag"}, {16, "tcp_usec_ts"}} {
+		if v&f.bit != 0 {
+			s = append(s, f.name)
+			v &^= f.bit
+		}
+	}
+	if v != 0 {
+		s = append(s, "0x"+strconv.FormatUint(uint64(v), 16))
+	}
+	return strings.Join(s, ",")
+}
+
+var encapNames = [...]string{"none", "mpls", "ip", "ila", "ip6", "seg6", "bpf", "seg6local", "rpl", "ioam6", "xfrm"}
+
+func encapText(e Encap) string {
+	name := itoa(e.Type)
+	if int(e.Type) < len(encapNames) {
+		name = encapNames[e.Type]
+	}
+	return name + " " + hex.EncodeToString([]byte(e.Data))
+}
+
+// attrsText renders undecoded attributes as TYPE=HEX words.
+func attrsText(a Attrs) string {
+	var s []string
+	a.Each(func(typ uint16, val []byte) bool {
+		s = append(s, itoa(typ)+"="+hex.EncodeToString(val))
+		return true
+	})
+	return strings.Join(s, ",")
+}
+
+// ruleWords lists a rule's words in ip(8)'s order, without "from all".
+func ruleWords(r Rule) []word {
+	var as []word
+	add := func(name, value string) { as = append(as, word{name, value}) }
+	if r.Invert {
+		add("", "not")
+	}
+	if r.Src.IsValid() {
+		add("from", r.Src.String())
+	}
+	if r.Dst.IsValid() {
+		add("to", r.Dst.String())
+	}
+	if r.TOS != 0 {
+		add("tos", "0x"+strconv.FormatUint(uint64(r.TOS), 16))
+	}
+	if r.Mark != 0 || r.Mask != 0 {
+		v := r.Mark.String()
+		if r.Mask != 0 && r.Mask != 0xffffffff {
+			v += "/" + r.Mask.String()
+		}
+		add("fwmark", v)
+	}
+	if r.IIF != "" {
+		add("iif", r.IIF)
+	}
+	if r.OIF != "" {
+		add("oif", r.OIF)
+	}
+	if r.L3MDev != 0 {
+		add("", "l3mdev")
+	}
+	if r.UID.Set {
+		add("uidrange", itoa(r.UID.Start)+"-"+itoa(r.UID.End))
+	}
+	if r.IPProto != 0 {
+		add("ipproto", ipprotoText(r.IPProto))
+	}
+	if r.SPort != (PortRange{}) {
+		add("sport", portsText(r.SPort))
+	}
+	if r.DPort != (PortRange{}) {
+		add("dport", portsText(r.DPort))
+	}
+	if r.TunID != 0 {
+		add("tun_id", strconv.FormatUint(r.TunID, 10))
+	}
+	switch r.Action {
+	case ActionToTable:
+		add("lookup", r.Table.String())
+	case ActionGoto:
+		add("goto", itoa(r.Goto))
+	default:
+		add("", r.Action.String())
+	}
+	if r.SuppressPrefixLen.Set {
+		add("suppress_prefixlength", strconv.Itoa(int(r.SuppressPrefixLen.Value)))
+	}
+	if r.SuppressIfGroup.Set {
+		add("suppress_ifgroup", strconv.Itoa(int(r.SuppressIfGroup.Value)))
+	}
+	if r.Flow != 0 {
+		name, v := realmsText(r.Flow)
+		if name == "realm" {
+			name = "realms" // ip rule says realms either way
+		}
+		add(name, v)
+	}
+	if r.Protocol != 0 {
+		add("proto", r.Protocol.String())
+	}
+	if r.Attrs != "" {
+		add("attrs", attrsText(r.Attrs))
+	}
+	return as
+}
+
+func portsText(p PortRange) string {
+	if p.Start == p.End {
+		return itoa(p.Start)
+	}
+	return itoa(p.Start) + "-" + itoa(p.End)
+}
+
+func ipprotoText(p uint8) string {
+	switch p {
+	case 1:
+		return "icmp"
+	case 6:
+		return "tcp"
+	case 17:
+		return "udp"
+	case 58:
+		return "ipv6-icmp"
+	}
+	return itoa(p)
 }
 
 func render(as []word) string {
@@ -193,7 +492,7 @@ func render(as []word) string {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		if a.name != "" {
+		if a.name != "" && a.name != "flags" {
 			b.WriteString(a.name)
 			b.WriteByte(' ')
 		}
@@ -204,11 +503,8 @@ func render(as []word) string {
 
 // renderDiff renders now with "(was OLD)" after each word whose value
 // differs in was, "(was unset)" after words was lacks, and the words only
-// was has at the end, as "(was NAME VALUE)". Without hasWas it is render.
-func renderDiff(now, was []word, hasWas bool) string {
-	if !hasWas {
-		return render(now)
-	}
+// was has at the end, as "(was NAME VALUE)".
+func renderDiff(now, was []word) string {
 	var b strings.Builder
 	for i, a := range now {
 		if i > 0 {

@@ -5,6 +5,7 @@ package netwatch
 import (
 	"encoding/binary"
 	"net/netip"
+	"time"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -20,7 +21,8 @@ func afOf(f Family) uint8 {
 	return unix.AF_INET
 }
 
-// encodeRoute writes r as an rtmsg with attributes. For a delete, scope
+// encodeRoute writes r as an rtmsg with attributes: every attribute it
+// has, so that a replace installs the route whole. For a delete, scope
 // RT_SCOPE_NOWHERE is the kernel's wildcard; the caller sets it.
 func encodeRoute(r Route) ([]byte, error) {
 	b := make([]byte, unix.SizeofRtMsg)
@@ -60,11 +62,8 @@ func encodeRoute(r Route) ([]byte, error) {
 	if r.PrefSrc.IsValid() {
 		ae.Bytes(unix.RTA_PREFSRC, r.PrefSrc.AsSlice())
 	}
-	if r.MTU != 0 {
-		ae.Nested(unix.RTA_METRICS, func(ne *netlink.AttributeEncoder) error {
-			ne.Uint32(unix.RTAX_MTU, r.MTU)
-			return nil
-		})
+	if m := encodeMetrics(r.MTU, r.Metrics); m != nil {
+		ae.Bytes(unix.RTA_METRICS|unix.NLA_F_NESTED, m)
 	}
 	if r.NHID != 0 {
 		ae.Uint32(rtaNHID, r.NHID)
@@ -72,11 +71,69 @@ func encodeRoute(r Route) ([]byte, error) {
 	if r.NextHops != nil {
 		ae.Bytes(unix.RTA_MULTIPATH, encodeMultipath(r.Family, r.NextHops))
 	}
+	if r.Flow != 0 {
+		ae.Uint32(unix.RTA_FLOW, r.Flow)
+	}
+	if r.Pref != PrefMedium {
+		ae.Uint8(unix.RTA_PREF, uint8(r.Pref))
+	}
+	if !r.Expires.IsZero() {
+		ae.Uint32(unix.RTA_EXPIRES, expiresIn(r.Expires))
+	}
+	putEncap(ae, r.Encap)
 	attrs, err := ae.Encode()
 	if err != nil {
 		return nil, err
 	}
-	return append(b, attrs...), nil
+	return append(append(b, attrs...), r.Attrs...), nil
+}
+
+// expiresIn is the remaining lifetime until t in whole seconds, rounded
+// up, at least one: RTA_EXPIRES.
+func expiresIn(t time.Time) uint32 {
+	d := time.Until(t)
+	if d <= time.Second {
+		return 1
+	}
+	return uint32((d + time.Second - 1) / time.Second)
+}
+
+func putEncap(ae *netlink.AttributeEncoder, e Encap) {
+	if e == (Encap{}) {
+		return
+	}
+	ae.Uint16(unix.RTA_ENCAP_TYPE, e.Type)
+	ae.Bytes(unix.RTA_ENCAP|unix.NLA_F_NESTED, []byte(e.Data))
+}
+
+// encodeMetrics writes RTA_METRICS' nested attributes, nil for none.
+func encodeMetrics(mtu uint32, m Metrics) []byte {
+	var b []byte
+	put := func(typ uint16, v uint32) {
+		if v != 0 {
+			b = appendAttr(b, typ, binary.NativeEndian.AppendUint32(nil, v))
+		}
+	}
+	put(unix.RTAX_LOCK, m.Locks)
+	put(unix.RTAX_MTU, mtu)
+	put(unix.RTAX_WINDOW, m.Window)
+	put(unix.RTAX_RTT, m.RTT)
+	put(unix.RTAX_RTTVAR, m.RTTVar)
+	put(unix.RTAX_SSTHRESH, m.SSThresh)
+	put(unix.RTAX_CWND, m.CWnd)
+	put(unix.RTAX_ADVMSS, m.AdvMSS)
+	put(unix.RTAX_REORDERING, m.Reordering)
+	put(unix.RTAX_HOPLIMIT, m.HopLimit)
+	put(unix.RTAX_INITCWND, m.InitCWnd)
+	put(unix.RTAX_FEATURES, m.Features)
+	put(unix.RTAX_RTO_MIN, m.RTOMin)
+	put(unix.RTAX_INITRWND, m.InitRWnd)
+	put(unix.RTAX_QUICKACK, m.QuickAck)
+	if m.CongCtl != "" {
+		b = appendAttr(b, unix.RTAX_CC_ALGO, append([]byte(m.CongCtl), 0))
+	}
+	put(unix.RTAX_FASTOPEN_NO_COOKIE, m.FastOpen)
+	return append(b, m.Attrs...)
 }
 
 func putGateway(ae *netlink.AttributeEncoder, f Family, gw netip.Addr) {
@@ -99,7 +156,12 @@ func encodeMultipath(f Family, nhs []NextHop) []byte {
 		if nh.Gateway.IsValid() {
 			putGateway(ae, f, nh.Gateway)
 		}
+		if nh.Flow != 0 {
+			ae.Uint32(unix.RTA_FLOW, nh.Flow)
+		}
+		putEncap(ae, nh.Encap)
 		attrs, _ := ae.Encode()
+		attrs = append(attrs, nh.Attrs...)
 		h := make([]byte, unix.SizeofRtNexthop)
 		binary.NativeEndian.PutUint16(h[0:2], uint16(unix.SizeofRtNexthop+len(attrs)))
 		h[2] = uint8(nh.Flags)
@@ -119,7 +181,8 @@ func encodeMultipath(f Family, nhs []NextHop) []byte {
 }
 
 // encodeRule writes r as a fib_rule_hdr with attributes: every attribute
-// that is set, so that a delete names the rule completely.
+// that is set, Attrs included, so that a delete names the rule completely.
+// The kernel's State flags are not a request's to set.
 func encodeRule(r Rule) ([]byte, error) {
 	b := make([]byte, 12)
 	b[0] = afOf(r.Family)
@@ -166,34 +229,34 @@ func encodeRule(r Rule) ([]byte, error) {
 		ae.Uint32(unix.FRA_FWMASK, uint32(r.Mask))
 	}
 	if r.Flow != 0 {
-		ae.Uint32(fraFlow, r.Flow)
+		ae.Uint32(unix.FRA_FLOW, r.Flow)
 	}
 	if r.TunID != 0 {
-		ae.Bytes(fraTunID, binary.BigEndian.AppendUint64(nil, r.TunID))
+		ae.Bytes(unix.FRA_TUN_ID, binary.BigEndian.AppendUint64(nil, r.TunID))
 	}
 	if r.SuppressIfGroup.Set {
-		ae.Uint32(fraSuppressIfg, uint32(r.SuppressIfGroup.Value))
+		ae.Uint32(unix.FRA_SUPPRESS_IFGROUP, uint32(r.SuppressIfGroup.Value))
 	}
 	if r.SuppressPrefixLen.Set {
-		ae.Uint32(fraSuppressLen, uint32(r.SuppressPrefixLen.Value))
+		ae.Uint32(unix.FRA_SUPPRESS_PREFIXLEN, uint32(r.SuppressPrefixLen.Value))
 	}
 	if r.L3MDev != 0 {
-		ae.Uint8(fraL3MDev, r.L3MDev)
+		ae.Uint8(unix.FRA_L3MDEV, r.L3MDev)
 	}
 	if r.UID.Set {
 		v := binary.NativeEndian.AppendUint32(nil, r.UID.Start)
-		ae.Bytes(fraUIDRange, binary.NativeEndian.AppendUint32(v, r.UID.End))
+		ae.Bytes(unix.FRA_UID_RANGE, binary.NativeEndian.AppendUint32(v, r.UID.End))
 	}
 	if r.Protocol != 0 {
-		ae.Uint8(fraProtocol, uint8(r.Protocol))
+		ae.Uint8(unix.FRA_PROTOCOL, uint8(r.Protocol))
 	}
 	if r.IPProto != 0 {
-		ae.Uint8(fraIPProto, r.IPProto)
+		ae.Uint8(unix.FRA_IP_PROTO, r.IPProto)
 	}
 	for _, p := range []struct {
 		typ uint16
 		pr  PortRange
-	}{{fraSPortRange, r.SPort}, {fraDPortRange, r.DPort}} {
+	}{{unix.FRA_SPORT_RANGE, r.SPort}, {unix.FRA_DPORT_RANGE, r.DPort}} {
 		if p.pr != (PortRange{}) {
 			v := binary.NativeEndian.AppendUint16(nil, p.pr.Start)
 			ae.Bytes(p.typ, binary.NativeEndian.AppendUint16(v, p.pr.End))
@@ -203,5 +266,5 @@ func encodeRule(r Rule) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(b, attrs...), nil
+	return append(append(b, attrs...), r.Attrs...), nil
 }

@@ -53,8 +53,8 @@ func Example() {
 	}
 	// Output:
 	// route-replace 10.8.0.0/16 dev#5 table 910
-	// rule-add 910: not fwmark 0x80000/0xff0000 lookup 910
+	// rule-add 910: not fwmark 0x80000/0xff0000 lookup 910 proto 241
 	// route-delete 10.9.0.0/16 dev#5 table 910
-	// rule-delete 910: not fwmark 0x80000/0xff0000 lookup 910
+	// rule-delete 910: not fwmark 0x80000/0xff0000 lookup 910 proto 241
 	// route-delete 10.8.0.0/16 dev#5 table 910
 }

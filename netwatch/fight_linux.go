@@ -208,8 +208,7 @@ func objectName(op Op) string {
 func objectText(op Op, links func(uint32) (Link, bool)) string {
 	switch {
 	case op.Kind == RuleAdd || op.Kind == RuleDelete:
-		head, body := ruleText(op.Rule)
-		return head + ":" + body
+		return ruleHead(op.Rule) + ": " + render(without(ruleWords(op.Rule), "proto"))
 	case op.Repair:
 		s := op.Route.Protocol.String() + " route " + op.Route.Describe(links)
 		if op.Route.Table != TableMain {

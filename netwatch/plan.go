@@ -166,8 +166,8 @@ func newPlanner(d Desired) (*planner, error) {
 		if !p.prios[o] {
 			return nil, fmt.Errorf("%v rule %v: priority %d is not owned", r.Family, r, r.Priority)
 		}
-		if r.Unknown {
-			return nil, fmt.Errorf("%v rule %v: a desired rule cannot have undecoded attributes", r.Family, r)
+		if r.State != 0 {
+			return nil, fmt.Errorf("%v rule %v: a desired rule cannot have the kernel's state flags %#x", r.Family, r, r.State)
 		}
 		if slices.ContainsFunc(p.rules[o], r.Equal) {
 			continue
@@ -327,7 +327,7 @@ func simulateRoutes(cur []Route, ops []Op) []Route {
 // routeDeleteHits reports whether a delete request for del, as Apply sends
 // it, may remove r, a route with the same key. The kernel compares only the
 // attributes the request sets; Apply sends the scope as the wildcard and no
-// metrics. The model errs towards matching: a route it says is hit may in
+// metrics, expiry, preference or undecoded attributes. The model errs towards matching: a route it says is hit may in
 // fact be spared, never the reverse.
 func routeDeleteHits(del, r Route) bool {
 	switch {
@@ -344,6 +344,8 @@ func routeDeleteHits(del, r Route) bool {
 	case del.Protocol != 0 && del.Protocol != r.Protocol:
 		return false
 	case del.NHID != 0 && del.NHID != r.NHID:
+		return false
+	case del.Flow != 0 && del.Flow != r.Flow, del.Encap != (Encap{}) && del.Encap != r.Encap:
 		return false
 	case del.NextHops != nil && !slices.Equal(clean(del).NextHops, clean(r).NextHops):
 		return false
@@ -451,8 +453,8 @@ func simulateRules(cur []Rule, ops []Op) []Rule {
 // ruleDeleteHits reports whether a delete request naming every set
 // attribute of del matches r, as the kernel's rule_find decides: an
 // attribute the request leaves unset matches anything; "not" (a header
-// flag) and the goto target are not compared. Undecoded attributes of an
-// Unknown rule are not sent, so they match anything too.
+// flag) and the goto target are not compared. A rule's undecoded
+// attributes are sent with it; the model takes them as one selector.
 func ruleDeleteHits(del, r Rule) bool {
 	return del.Family == r.Family && del.Priority == r.Priority &&
 		(del.Action == ActionUnspec || del.Action == r.Action) &&
@@ -470,6 +472,7 @@ func ruleDeleteHits(del, r Rule) bool {
 		(del.Protocol == 0 || del.Protocol == r.Protocol) &&
 		(del.SPort == PortRange{} || del.SPort == r.SPort) &&
 		(del.DPort == PortRange{} || del.DPort == r.DPort) &&
+		(del.Attrs == "" || del.Attrs == r.Attrs) &&
 		ruleSelectorsMatch(del, r)
 }
 
@@ -489,7 +492,7 @@ func ruleAddCollides(n, r Rule) bool {
 		n.Table == r.Table && n.IIF == r.IIF && n.OIF == r.OIF && n.Mark == r.Mark && nm == rm &&
 		n.SuppressIfGroup == r.SuppressIfGroup && n.SuppressPrefixLen == r.SuppressPrefixLen &&
 		n.TunID == r.TunID && n.L3MDev == r.L3MDev && n.UID == r.UID && n.IPProto == r.IPProto &&
-		n.Protocol == r.Protocol && n.SPort == r.SPort && n.DPort == r.DPort &&
+		n.Protocol == r.Protocol && n.SPort == r.SPort && n.DPort == r.DPort && n.Attrs == r.Attrs &&
 		ruleSelectorsMatch(n, r)
 }
 

@@ -61,7 +61,7 @@ func TestPlan(t *testing.T) {
 	noNot := with(rule4, func(r *Rule) { r.Invert = false })
 	otherTable := with(rule4, func(r *Rule) { r.Table = 901 })
 	bare := Rule{Family: IPv4, Priority: 900, Table: 900, Action: ActionToTable}
-	unknown := with(rule4, func(r *Rule) { r.Unknown = true })
+	unknown := with(rule4, func(r *Rule) { r.Attrs = Attrs(appendAttr(nil, 25, []byte{0x2e})) }) // FRA_DSCP
 	repaired := with(mainRoute, func(r *Route) { r.MTU = 1450 })
 	foreign := []Route{
 		mainRoute,
@@ -211,10 +211,12 @@ func TestPlan(t *testing.T) {
 			},
 		},
 		{
+			// The kernel compares the attribute (here FRA_DSCP) in an add
+			// and a delete: make before break.
 			name:  "stray rule with undecoded attributes",
 			state: Snapshot{Routes: []Route{tr}, Rules: []Rule{unknown}},
 			d:     Desired{Own: own, Routes: []Route{tr}, Rules: []Rule{rule4}},
-			want:  []Op{ruleDel(unknown), ruleAdd(rule4)},
+			want:  []Op{ruleAdd(rule4), ruleDel(unknown)},
 		},
 		{
 			name:  "two identical rules: one deleted",
@@ -319,7 +321,7 @@ func TestPlanInvalid(t *testing.T) {
 		{"route in a table owned in the other family", Desired{Own: own4, Routes: []Route{tr6}}, "table 900 is not owned"},
 		{"rule at a priority not owned", Desired{Own: own, Rules: []Rule{with(rule4, func(r *Rule) { r.Priority = 901 })}}, "priority 901 is not owned"},
 		{"rule at a priority owned in the other family", Desired{Own: own4, Rules: []Rule{rule6}}, "priority 900 is not owned"},
-		{"rule with undecoded attributes", Desired{Own: own, Rules: []Rule{with(rule4, func(r *Rule) { r.Unknown = true })}}, "undecoded"},
+		{"rule with the kernel's state", Desired{Own: own, Rules: []Rule{with(rule4, func(r *Rule) { r.State = 0x4 })}}, "state flags"},
 		{"rules the kernel cannot hold together", Desired{Own: own, Rules: []Rule{rule4, with(rule4, func(r *Rule) { r.Invert = false })}}, "holds only one"},
 		{"IPv6 metric 0", Desired{Own: own, Routes: []Route{with(tr6, func(r *Route) { r.Metric = 0 })}}, "metric 0"},
 		{"destination not masked", Desired{Own: own, Routes: []Route{with(tr, func(r *Route) { r.Dst = netip.MustParsePrefix("10.0.0.5/16") })}}, "not a masked"},
@@ -415,7 +417,7 @@ func TestPlanScope(t *testing.T) {
 			return r
 		}
 		genRule := func(t *rapid.T, label string, prio uint32, fam Family) Rule {
-			return Rule{
+			r := Rule{
 				Family: fam, Priority: prio,
 				Table:    rapid.SampledFrom([]Table{0, 900, 901}).Draw(t, label+"Table"),
 				Action:   rapid.SampledFrom([]RuleAction{ActionToTable, ActionUnspec}).Draw(t, label+"Action"),
@@ -423,8 +425,11 @@ func TestPlanScope(t *testing.T) {
 				Mark:     rapid.SampledFrom([]Mark{0, 0xe00, 0x1e00}).Draw(t, label+"Mark"),
 				Mask:     rapid.SampledFrom([]Mark{0, 0xf00}).Draw(t, label+"Mask"),
 				Protocol: rapid.SampledFrom([]Protocol{0, 109}).Draw(t, label+"Proto"),
-				Unknown:  rapid.Bool().Draw(t, label+"Unknown"),
 			}
+			if rapid.Bool().Draw(t, label+"Attrs") {
+				r.Attrs = Attrs(appendAttr(nil, 25, []byte{0x2e})) // FRA_DSCP, which the model does not know
+			}
+			return r
 		}
 		var s Snapshot
 		for i := range rapid.IntRange(0, 12).Draw(t, "routes") {
@@ -448,7 +453,6 @@ func TestPlanScope(t *testing.T) {
 		}
 		if rapid.Bool().Draw(t, "wantRule") {
 			w := genRule(t, "wantRule", 900, ownP.Family)
-			w.Unknown = false
 			d.Rules = append(d.Rules, w)
 		}
 		for _, r := range s.Routes {

@@ -166,7 +166,7 @@ func TestReconcilerConverges(t *testing.T) {
 	}{
 		{"initial", func() error { return nil }, []string{
 			"INFO table 900: 10.1.0.0/16 via 10.0.0.1 dev eth0 src 10.0.0.5 mtu 1355",
-			"INFO rule 900 (inet6): removed not fwmark 0xe00/0xf00 lookup 900",
+			"INFO rule 900 (inet6): removed not fwmark 0xe00/0xf00 lookup 900 proto 77",
 			"INFO table 900: removed fd01::/64 via fd00::1 dev eth0 metric 1024 mtu 1355",
 		}},
 		{"the tunnel's MTU changes", func() error { return k.SetLinkMTU(wg, 1300) }, []string{
@@ -223,7 +223,7 @@ func TestReconcilerRetries(t *testing.T) {
 	got := describeAll(k, append(first.applied, second.applied...))
 	want := []string{
 		"table 900: 10.1.0.0/16 via 10.0.0.1 dev eth0 src 10.0.0.5 mtu 1355",
-		"rule 900 (inet6): removed not fwmark 0xe00/0xf00 lookup 900",
+		"rule 900 (inet6): removed not fwmark 0xe00/0xf00 lookup 900 proto 77",
 		"table 900: removed fd01::/64 via fd00::1 dev eth0 metric 1024 mtu 1355",
 	}
 	slices.Sort(got)

@@ -134,6 +134,9 @@ const (
 	hasGW = 1 << iota
 	hasPsrc
 	hasExtra // the whole route is in table.extra
+	// The two bits from prefShift on are an IPv6 route's RoutePref.
+	prefShift = 3
+	prefBits  = 3 << prefShift
 )
 
 // table holds the routes of one family and one table.
@@ -162,9 +165,11 @@ func (t *table) len() int {
 	return n
 }
 
-// fits reports whether r can be stored in compact form.
+// fits reports whether r can be stored in compact form: what nearly every
+// route of a full table has, and no more.
 func fits(r Route) bool {
-	if r.NextHops != nil {
+	if r.NextHops != nil || r.Metrics != (Metrics{}) || r.Flow != 0 || !r.Expires.IsZero() ||
+		r.Encap != (Encap{}) || r.Attrs != "" || r.Pref > 3 || r.Family == IPv4 && r.Pref != 0 {
 		return false
 	}
 	if r.Family == IPv4 {
@@ -222,7 +227,8 @@ func (t *table) route6(k key6, v val6) Route {
 	}
 	r := Route{Family: IPv6, Table: t.id, Dst: rk.Dst, Src: rk.Src, Metric: k.metric,
 		Index: v.oif, MTU: v.mtu, Flags: RouteFlags(v.flags), NHID: v.nhid,
-		Protocol: Protocol(v.proto), Scope: Scope(v.scope), Type: RouteType(v.typ)}
+		Protocol: Protocol(v.proto), Scope: Scope(v.scope), Type: RouteType(v.typ),
+		Pref: RoutePref(v.has&prefBits) >> prefShift}
 	if v.has&hasGW != 0 {
 		r.Gateway = netip.AddrFrom16(v.gw)
 	}
@@ -310,7 +316,7 @@ func pack4(r Route) val4 {
 
 func pack6(r Route) val6 {
 	v := val6{oif: r.Index, mtu: r.MTU, flags: uint32(r.Flags), nhid: r.NHID,
-		proto: uint8(r.Protocol), scope: uint8(r.Scope), typ: uint8(r.Type)}
+		proto: uint8(r.Protocol), scope: uint8(r.Scope), typ: uint8(r.Type), has: uint8(r.Pref) << prefShift}
 	if r.Gateway.IsValid() {
 		v.gw, v.has = r.Gateway.As16(), v.has|hasGW
 	}

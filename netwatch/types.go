@@ -1,10 +1,10 @@
 package netwatch
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // Family is an address family: 4 or 6. It is also the value the JSON dump
@@ -278,10 +278,17 @@ type NextHop struct {
 	Index   uint32 // output link
 	Weight  uint16 // rtnh_hops + 1
 	Flags   RouteFlags
+	Flow    uint32 // RTA_FLOW: the path's realms
+	Encap   Encap  // the path's lightweight tunnel encapsulation
+	// Attrs are the path's other attributes (RTA_NEWDST, …) as the
+	// kernel sent them.
+	Attrs Attrs
 }
 
-// Route is a route of any table and either family. Dst is always masked;
-// a default route is 0.0.0.0/0 or ::/0.
+// Route is a route of any table and either family, with every attribute
+// the kernel reports for it: the ones programs use are typed, the others
+// (Attrs) are kept as they came, compared by Equal and written back by a
+// replace. Dst is always masked; a default route is 0.0.0.0/0 or ::/0.
 type Route struct {
 	Family   Family
 	Table    Table
@@ -292,13 +299,92 @@ type Route struct {
 	Gateway  netip.Addr
 	Index    uint32 // output link (RTA_OIF)
 	PrefSrc  netip.Addr
-	MTU      uint32 // RTAX_MTU from RTA_METRICS; 0 when unset
+	MTU      uint32 // RTAX_MTU from RTA_METRICS; 0 when unset (the link's)
 	Protocol Protocol
 	Scope    Scope
 	Type     RouteType
 	Flags    RouteFlags
 	NextHops []NextHop // RTA_MULTIPATH paths; nil for a single-path route
 	NHID     uint32    // RTA_NH_ID: the route uses a nexthop object
+	// Metrics are the other RTA_METRICS and the lock bits of all.
+	Metrics Metrics
+	Flow    uint32     // RTA_FLOW: realms, from<<16 | to ("realm 7" is 7)
+	Pref    RoutePref  // RTA_PREF: an IPv6 route's router preference
+	Expires time.Time  // when the kernel removes the route; zero for never
+	Encap   Encap      // RTA_ENCAP_TYPE and RTA_ENCAP
+	Attrs   Attrs      // every other attribute the kernel sent
+}
+
+// Metrics are a route's RTA_METRICS other than its MTU (Route.MTU), in the
+// kernel's units, and the lock bits of all of them. The zero value is none.
+type Metrics struct {
+	// Locks are RTAX_LOCK: bit 1<<RTAX_x set locks metric x against path
+	// MTU discovery and TCP's updates ("mtu lock 1355" sets LockMTU).
+	Locks      uint32
+	Window     uint32 // RTAX_WINDOW
+	RTT        uint32 // RTAX_RTT, in 1/8 ms ("rtt 100ms" is 800)
+	RTTVar     uint32 // RTAX_RTTVAR, in 1/4 ms
+	SSThresh   uint32 // RTAX_SSTHRESH
+	CWnd       uint32 // RTAX_CWND
+	AdvMSS     uint32 // RTAX_ADVMSS
+	Reordering uint32 // RTAX_REORDERING
+	HopLimit   uint32 // RTAX_HOPLIMIT
+	InitCWnd   uint32 // RTAX_INITCWND
+	Features   uint32 // RTAX_FEATURES: RTAX_FEATURE_* bits (ecn is 1)
+	RTOMin     uint32 // RTAX_RTO_MIN, in ms
+	InitRWnd   uint32 // RTAX_INITRWND
+	QuickAck   uint32 // RTAX_QUICKACK
+	CongCtl    string // RTAX_CC_ALGO: the congestion control algorithm
+	FastOpen   uint32 // RTAX_FASTOPEN_NO_COOKIE
+	// Attrs are metrics netwatch does not know, as the kernel sent them.
+	Attrs Attrs
+}
+
+// LockMTU is the lock bit of the MTU in Metrics.Locks (1<<RTAX_MTU).
+const LockMTU = 1 << 2
+
+// RoutePref is RTA_PREF, the preference an IPv6 router advertised
+// (RFC 4191): medium, the zero value, for every other route.
+type RoutePref uint8
+
+// Route preferences.
+const (
+	PrefMedium RoutePref = 0
+	PrefHigh   RoutePref = 1
+	PrefLow    RoutePref = 3
+)
+
+func (p RoutePref) String() string {
+	switch p {
+	case PrefMedium:
+		return "medium"
+	case PrefHigh:
+		return "high"
+	case PrefLow:
+		return "low"
+	}
+	return "unknown(" + strconv.Itoa(int(p)) + ")"
+}
+
+// Encap is a lightweight tunnel encapsulation (ip route … encap): its type
+// (LWTUNNEL_ENCAP_*) and its nested attributes as the kernel sent them.
+type Encap struct {
+	Type uint16
+	Data string
+}
+
+// Attrs are netlink attributes kept as the kernel sent them, type and
+// length headers included, in its order. A string, so that values holding
+// them stay comparable and immutable; the zero value is none.
+type Attrs string
+
+// Each yields the attributes' types and values.
+func (a Attrs) Each(yield func(typ uint16, val []byte) bool) {
+	for at := (attrs{b: []byte(a)}); at.next(); {
+		if !yield(at.typ, at.val) {
+			return
+		}
+	}
 }
 
 // RouteKey identifies a route the way the kernel does: a second route with
@@ -317,12 +403,29 @@ func (r Route) Key() RouteKey {
 	return RouteKey{r.Family, r.Table, r.Dst, r.Src, r.TOS, r.Metric}
 }
 
-// Equal reports whether r and o are the same route with the same attributes.
+// expiresSlack is how far apart two expiries may be and still be the same:
+// the kernel counts a route's lifetime down and reports it rounded, so two
+// reports of an unchanged route differ a little.
+const expiresSlack = 2 * time.Second
+
+// Equal reports whether r and o are the same route with the same
+// attributes: every one of them, except that expiries (both set or both
+// not) may differ by the rounding of the kernel's count-down.
 func (r Route) Equal(o Route) bool {
 	return r.Family == o.Family && r.Table == o.Table && r.Dst == o.Dst && r.Src == o.Src &&
 		r.TOS == o.TOS && r.Metric == o.Metric && r.Gateway == o.Gateway && r.Index == o.Index &&
 		r.PrefSrc == o.PrefSrc && r.MTU == o.MTU && r.Protocol == o.Protocol && r.Scope == o.Scope &&
-		r.Type == o.Type && r.Flags == o.Flags && r.NHID == o.NHID && slices.Equal(r.NextHops, o.NextHops)
+		r.Type == o.Type && r.Flags == o.Flags && r.NHID == o.NHID && slices.Equal(r.NextHops, o.NextHops) &&
+		r.Metrics == o.Metrics && r.Flow == o.Flow && r.Pref == o.Pref && r.Encap == o.Encap && r.Attrs == o.Attrs &&
+		sameExpiry(r.Expires, o.Expires)
+}
+
+func sameExpiry(a, b time.Time) bool {
+	if a.IsZero() || b.IsZero() {
+		return a.IsZero() == b.IsZero()
+	}
+	d := a.Sub(b)
+	return -expiresSlack < d && d < expiresSlack
 }
 
 func (r Route) String() string {
@@ -396,47 +499,27 @@ type Rule struct {
 	TunID             uint64   // FRA_TUN_ID
 	SuppressPrefixLen Optional // FRA_SUPPRESS_PREFIXLEN; unset is the kernel's -1
 	SuppressIfGroup   Optional // FRA_SUPPRESS_IFGROUP; unset is the kernel's -1
-	// Unknown is set when the kernel sent attributes netwatch does not
-	// decode. Such a rule is never Equal to another: a policy that owns its
-	// priority replaces it.
-	Unknown bool
+	// State are the fib_rule_hdr flags other than "not" that the kernel
+	// sets on its own (FIB_RULE_UNRESOLVED: a goto to a priority with no
+	// rule; the detached flags of a missing iif or oif). Equal ignores
+	// them and a request never carries them.
+	State uint32
+	// Attrs are the attributes netwatch does not decode (newer kernels'
+	// DSCP, flow label and port masks, …), as the kernel sent them: they
+	// are compared and written back like the others, so a rule that
+	// differs in any selector is never the same rule.
+	Attrs Attrs
 }
 
-// Equal reports whether r and o are the same rule.
+// Equal reports whether r and o are the same rule: every attribute but
+// the kernel's own State.
 func (r Rule) Equal(o Rule) bool {
-	return !r.Unknown && !o.Unknown && r == o
+	r.State, o.State = 0, 0
+	return r == o
 }
 
+// String is the rule as ip-rule(8) prints it, every attribute named:
+// "900: not fwmark 0xe00/0xf00 lookup 900 proto 109".
 func (r Rule) String() string {
-	s := strconv.FormatUint(uint64(r.Priority), 10) + ":"
-	if r.Invert {
-		s += " not"
-	}
-	if r.Src.IsValid() {
-		s += " from " + r.Src.String()
-	}
-	if r.Dst.IsValid() {
-		s += " to " + r.Dst.String()
-	}
-	if r.Mark != 0 || r.Mask != 0 {
-		s += " fwmark " + r.Mark.String()
-		if r.Mask != 0 && r.Mask != 0xffffffff {
-			s += "/" + r.Mask.String()
-		}
-	}
-	if r.IIF != "" {
-		s += " iif " + r.IIF
-	}
-	if r.OIF != "" {
-		s += " oif " + r.OIF
-	}
-	switch r.Action {
-	case ActionToTable:
-		s += " lookup " + r.Table.String()
-	case ActionGoto:
-		s += fmt.Sprintf(" goto %d", r.Goto)
-	default:
-		s += " " + r.Action.String()
-	}
-	return s
+	return strconv.FormatUint(uint64(r.Priority), 10) + ": " + render(ruleWords(r))
 }
