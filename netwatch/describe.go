@@ -167,7 +167,9 @@ func linkName(links func(uint32) (Link, bool), index uint32) string {
 	return "#" + strconv.FormatUint(uint64(index), 10)
 }
 
-func itoa[T ~uint8 | ~uint16 | ~uint32 | ~uint64](v T) string { return strconv.FormatUint(uint64(v), 10) }
+func itoa[T ~uint8 | ~uint16 | ~uint32 | ~uint64](v T) string {
+	return strconv.FormatUint(uint64(v), 10)
+}
 
 // routeWords lists a route's words, as Route.Describe renders them and in
 // ip(8)'s order; the protocol is among them.

@@ -308,11 +308,11 @@ type Route struct {
 	NHID     uint32    // RTA_NH_ID: the route uses a nexthop object
 	// Metrics are the other RTA_METRICS and the lock bits of all.
 	Metrics Metrics
-	Flow    uint32     // RTA_FLOW: realms, from<<16 | to ("realm 7" is 7)
-	Pref    RoutePref  // RTA_PREF: an IPv6 route's router preference
-	Expires time.Time  // when the kernel removes the route; zero for never
-	Encap   Encap      // RTA_ENCAP_TYPE and RTA_ENCAP
-	Attrs   Attrs      // every other attribute the kernel sent
+	Flow    uint32    // RTA_FLOW: realms, from<<16 | to ("realm 7" is 7)
+	Pref    RoutePref // RTA_PREF: an IPv6 route's router preference
+	Expires time.Time // when the kernel removes the route; zero for never
+	Encap   Encap     // RTA_ENCAP_TYPE and RTA_ENCAP
+	Attrs   Attrs     // every other attribute the kernel sent
 }
 
 // Metrics are a route's RTA_METRICS other than its MTU (Route.MTU), in the
