@@ -155,6 +155,7 @@ func TableMTU(tun, out netwatch.Link) uint32 {
 // changes later. The lowered MTU's lock goes with it.
 func repair(r netwatch.Route) netwatch.Route {
 	r.MTU = 0
+	r.Metrics.Locks &^= netwatch.LockMTU
 	r.Flags &^= netwatch.KernelRouteFlags
 	return r
 }
