@@ -3,10 +3,16 @@
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+SOURCE      ?= https://github.com/marksplit/marksplit
+# Every timestamp in the image: the last commit's time, so an image is
+# reproducible from its commit.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 LDFLAGS     := -s -w -X main.version=$(VERSION)
 FUZZTIME    ?= 10s
+export MARKSPLIT_CACHE ?= /var/cache/marksplit
 
-.PHONY: all build test test-k8s bench bench-compare fuzz lint demo image release clean
+.PHONY: all build test test-k8s bench bench-compare fuzz lint demo image image-docker release clean
 
 all: build
 
@@ -20,12 +26,13 @@ test:
 	$(GO) test -race -count=1 ./...
 	cd deploy && $(GO) test -count=1 ./...
 	cd bench && $(GO) test -count=1 ./...
+	cd tools/image && $(GO) test -count=1 ./...
 	$(MAKE) test-k8s
 
-# Builds kube-apiserver once (cached in $${MARKSPLIT_CACHE:-/var/cache/marksplit})
-# and runs the agent against it; etcd-server must be installed (.ci/run does).
+# Builds etcd and kube-apiserver once (cached in $${MARKSPLIT_CACHE:-/var/cache/marksplit})
+# and runs the agent against them.
 test-k8s:
-	cd test/k8s && $(GO) test -count=1 -timeout 60m ./...
+	cd test/k8s && $(GO) run ./cmd/k8sdeps && $(GO) test -count=1 -timeout 60m ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
@@ -48,18 +55,31 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	cd deploy && $(GO) vet ./...
-	cd test/k8s && $(GO) vet ./...
+	cd test/k8s && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	cd tools/image && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 demo:
 	scripts/demo.sh
 
-image:
-	docker build -f deploy/Dockerfile --build-arg VERSION=$(VERSION) -t marksplit:$(VERSION) .
+# The agent's image, without a container daemon and without pulling
+# anything: the release binaries on an empty base, an OCI index for
+# linux/amd64 and linux/arm64, as an OCI image-layout archive (tools/image).
+image: release
+	cd tools/image && $(GO) run . -out $(CURDIR)/bin/marksplit-image.tar \
+	  -version $(VERSION) -revision $(REVISION) -source $(SOURCE) -epoch $(SOURCE_DATE_EPOCH) \
+	  linux/amd64=$(CURDIR)/bin/marksplit-linux-amd64 linux/arm64=$(CURDIR)/bin/marksplit-linux-arm64
 
+# The same image with Docker (deploy/Dockerfile; pulls golang to compile in).
+image-docker:
+	docker build -f deploy/Dockerfile --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+	  --build-arg SOURCE=$(SOURCE) --build-arg SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) -t marksplit:$(VERSION) .
+
+# Static binaries for amd64 and arm64. No VCS stamp (-buildvcs=false): the
+# Dockerfile's build has no .git, and the two must build the same binary.
 release:
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/marksplit-linux-amd64 ./agent
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/marksplit-linux-arm64 ./agent
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -buildvcs=false -ldflags "$(LDFLAGS)" -o bin/marksplit-linux-amd64 ./agent
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -buildvcs=false -ldflags "$(LDFLAGS)" -o bin/marksplit-linux-arm64 ./agent
 
 clean:
 	rm -rf bin
