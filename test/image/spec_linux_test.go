@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"testing"
 
 	"github.com/containerd/containerd/v2/contrib/seccomp"
+	"github.com/google/go-cmp/cmp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -251,4 +253,28 @@ func resources(r corev1.ResourceRequirements) *specs.LinuxResources {
 	}
 	res.CPU = cpu
 	return res
+}
+
+func TestCRICapabilities(t *testing.T) {
+	without := func(set []string, c string) []string {
+		return slices.DeleteFunc(slices.Clone(set), func(s string) bool { return s == c })
+	}
+	for _, tc := range []struct {
+		name string
+		caps *corev1.Capabilities
+		want []string
+	}{
+		{"none given", nil, containerdDefaultCaps},
+		{"the DaemonSet's", &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}}, []string{"CAP_NET_ADMIN"}},
+		{"drop ALL only", &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}, nil},
+		{"drop one", &corev1.Capabilities{Drop: []corev1.Capability{"NET_RAW"}}, without(containerdDefaultCaps, "CAP_NET_RAW")},
+		{"add ALL, drop one", &corev1.Capabilities{Add: []corev1.Capability{"ALL"}, Drop: []corev1.Capability{"CHOWN"}}, without(allCaps(), "CAP_CHOWN")},
+		{"add one already there", &corev1.Capabilities{Add: []corev1.Capability{"KILL"}}, containerdDefaultCaps},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, criCapabilities(tc.caps)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
 }
