@@ -94,38 +94,46 @@ func build(t *testing.T, m meta, pbs []platformBinary) []byte {
 	return b
 }
 
-// untar writes archive's entries under a new directory and checks each
-// entry's metadata.
-func untar(t *testing.T, archive []byte, created time.Time) string {
+// eachEntry calls fn with each entry of the tar stream r and its content,
+// after checking that the entry is root-owned and stamped created.
+func eachEntry(t *testing.T, what string, r io.Reader, created time.Time, fn func(h *tar.Header, data []byte)) {
 	t.Helper()
-	dir := t.TempDir()
-	tr := tar.NewReader(bytes.NewReader(archive))
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			break
+			return
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !h.ModTime.Equal(created) || h.Uid != 0 || h.Gid != 0 {
-			t.Errorf("archive entry %s: mtime %s uid %d gid %d, want %s 0 0", h.Name, h.ModTime, h.Uid, h.Gid, created)
-		}
-		p := filepath.Join(dir, h.Name)
-		if h.Typeflag == tar.TypeDir {
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			continue
+			t.Errorf("%s entry %s: mtime %s uid %d gid %d, want %s 0 0", what, h.Name, h.ModTime, h.Uid, h.Gid, created)
 		}
 		data, err := io.ReadAll(tr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, data, 0o644); err != nil {
+		fn(h, data)
+	}
+}
+
+// untar writes archive's entries under a new directory.
+func untar(t *testing.T, archive []byte, created time.Time) string {
+	t.Helper()
+	dir := t.TempDir()
+	eachEntry(t, "archive", bytes.NewReader(archive), created, func(h *tar.Header, data []byte) {
+		p := filepath.Join(dir, h.Name)
+		var err error
+		if h.Typeflag == tar.TypeDir {
+			err = os.MkdirAll(p, 0o755)
+		} else {
+			err = os.WriteFile(p, data, 0o644)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
+	})
 	return dir
 }
 
@@ -225,28 +233,17 @@ func checkImage(t *testing.T, m meta, arch string, img v1.Image) {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	tr := tar.NewReader(rc)
 	var files []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, h.Name+" "+os.FileMode(h.Mode).String())
-		if !h.ModTime.Equal(m.created.Time) || h.Uid != 0 || h.Gid != 0 {
-			t.Errorf("%s: layer entry %s: mtime %s uid %d gid %d", arch, h.Name, h.ModTime, h.Uid, h.Gid)
-		}
-		if h.Name == "usr/local/bin/marksplit" {
-			got, _ := io.ReadAll(tr)
-			want, _ := os.ReadFile(staticBinaries(t)[arch])
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s: the layer's binary is not the one given", arch)
-			}
-		}
+	wantBin, err := os.ReadFile(staticBinaries(t)[arch])
+	if err != nil {
+		t.Fatal(err)
 	}
+	eachEntry(t, arch+" layer", rc, m.created.Time, func(h *tar.Header, data []byte) {
+		files = append(files, h.Name+" "+os.FileMode(h.Mode).String())
+		if h.Name == "usr/local/bin/marksplit" && !bytes.Equal(data, wantBin) {
+			t.Errorf("%s: the layer's binary is not the one given", arch)
+		}
+	})
 	wantFiles := []string{"usr/ -rwxr-xr-x", "usr/local/ -rwxr-xr-x", "usr/local/bin/ -rwxr-xr-x", "usr/local/bin/marksplit -rwxr-xr-x"}
 	if diff := cmp.Diff(wantFiles, files); diff != "" {
 		t.Errorf("%s: layer files (-want +got):\n%s", arch, diff)
