@@ -41,8 +41,8 @@ type Program struct {
 // directories under k8sDir (the test/k8s directory).
 func Programs(k8sDir string) []Program {
 	return []Program{
-		{Name: "etcd", Dir: filepath.Join(k8sDir, "etcd"), Upstream: "go.etcd.io/etcd/server/v3", Expect: 2 * time.Minute},
-		{Name: "kube-apiserver", Dir: filepath.Join(k8sDir, "kube-apiserver"), Upstream: "k8s.io/kubernetes", Expect: 10 * time.Minute},
+		{Name: "etcd", Dir: filepath.Join(k8sDir, "etcd"), Upstream: "go.etcd.io/etcd/server/v3", Expect: 1 * time.Minute},
+		{Name: "kube-apiserver", Dir: filepath.Join(k8sDir, "kube-apiserver"), Upstream: "k8s.io/kubernetes", Expect: 9 * time.Minute},
 	}
 }
 
