@@ -96,6 +96,15 @@ var (
 	}
 )
 
+// TestMain removes the probe binary the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if probe.path != "" {
+		os.RemoveAll(filepath.Dir(probe.path))
+	}
+	os.Exit(code)
+}
+
 func next() int {
 	seqMu.Lock()
 	defer seqMu.Unlock()
