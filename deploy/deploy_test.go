@@ -335,7 +335,7 @@ func loadDaemonSet(t *testing.T) *appsv1.DaemonSet {
 	return ds
 }
 
-// agentFlags are the agent's flags (DESIGN.md); a flag in the manifest that
+// agentFlags are the agent's flags (docs/design.md); a flag in the manifest that
 // is not here is a typo the agent would refuse with exit 2.
 var agentFlags = map[string]bool{
 	"tunnel-link": true, "mark": true, "table": true, "priority": true,

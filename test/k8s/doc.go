@@ -1,8 +1,11 @@
 // Package k8s tests the marksplit agent against a real Kubernetes API server.
 //
-// It holds tests only. TestMain builds kube-apiserver from ./kube-apiserver (a
-// separate module, so the library's go.mod stays small) once per go.sum into
-// ${MARKSPLIT_CACHE:-/var/cache/marksplit}, starts etcd and the API server in
+// It holds tests, and package depbuild (with ./cmd/k8sdeps) that builds what
+// they run: etcd from ./etcd and kube-apiserver from ./kube-apiserver, each a
+// throwaway module of its own that pins the upstream module (go.etcd.io/etcd
+// v3.7.3, k8s.io/kubernetes v1.37.2), so the library's go.mod stays small. Each
+// is built once per version and go.sum into
+// ${MARKSPLIT_CACHE:-/var/cache/marksplit}. The tests start etcd and the API server in
 // a private network namespace, installs the CiliumNode CRD and
 // ../../deploy/rbac.yaml exactly as shipped, issues service-account tokens with
 // TokenRequests, and runs the agent built from ../../agent the way a pod
@@ -11,13 +14,17 @@
 //
 // # Running
 //
-//	apt-get install -y etcd-server
-//	cd test/k8s && MARKSPLIT_KERNEL_TESTS=1 go test -count=1 -v ./...
+//	make test-k8s      # from the repository root, or:
+//	cd test/k8s && go run ./cmd/k8sdeps && MARKSPLIT_KERNEL_TESTS=1 go test -count=1 -v ./...
 //
-// The tests need root, network namespaces and etcd on PATH. Without them they
-// skip with the reason, unless MARKSPLIT_KERNEL_TESTS=1, which turns every skip
-// into a failure. -short skips them. The first run builds kube-apiserver
-// (minutes); later runs reuse the cached binary.
+// The tests need root, network namespaces, Go and iproute2, nothing else.
+// Without root or namespaces they skip with the reason, unless
+// MARKSPLIT_KERNEL_TESTS=1, which turns every skip into a failure. -short
+// skips them. The first run builds etcd (about a minute) and kube-apiserver
+// (about 8 minutes on an idle 2-core machine); k8sdeps prints their progress,
+// and later runs reuse the cached binaries. Building etcd rather than taking
+// Debian's etcd-server (3.4) pins the version kube-apiserver 1.37 is built
+// against (its client is etcd 3.7) and needs no package manager.
 //
 // # Network namespaces
 //

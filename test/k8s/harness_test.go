@@ -7,9 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"flag"
@@ -24,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/marksplit/marksplit/test/k8s/depbuild"
 )
 
 // Addresses inside the apihost namespace. The namespace is private, so the
@@ -74,6 +74,7 @@ type cluster struct {
 	unready []window // while the API server was stopped or starting
 
 	apihost   string // namespace name
+	etcdBin   string // etcd binary
 	apiBin    string // kube-apiserver binary
 	apiArgs   []string
 	etcd      *proc
@@ -154,13 +155,9 @@ func (c *cluster) start() error {
 	if os.Geteuid() != 0 {
 		return &missing{"not root: the tests need network namespaces"}
 	}
-	for _, bin := range []string{"ip", "etcd", "go"} {
+	for _, bin := range []string{"ip", "go"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			hint := ""
-			if bin == "etcd" {
-				hint = " (apt-get install -y etcd-server)"
-			}
-			return &missing{fmt.Sprintf("%s not found on PATH%s", bin, hint)}
+			return &missing{fmt.Sprintf("%s not found on PATH", bin)}
 		}
 	}
 	repo, err := filepath.Abs("../..")
@@ -207,7 +204,7 @@ func (c *cluster) start() error {
 		return err
 	}
 
-	if c.apiBin, err = buildKubeAPIServer(); err != nil {
+	if c.etcdBin, c.apiBin, err = buildDeps(); err != nil {
 		return err
 	}
 	if err := c.writeConfig(); err != nil {
@@ -272,12 +269,7 @@ func removeStale() {
 			os.RemoveAll(d)
 		}
 	}
-	partial, _ := filepath.Glob(filepath.Join(cacheDir(), "kube-apiserver-*.tmp*"))
-	for _, p := range partial {
-		if _, pid, ok := strings.Cut(filepath.Base(p), ".tmp"); ok && !alive(pid) {
-			os.Remove(p)
-		}
-	}
+	depbuild.RemoveStale(depbuild.CacheDir())
 }
 
 // adminToken authenticates the harness itself (system:masters) through
@@ -338,7 +330,7 @@ func (c *cluster) auditLog() string { return filepath.Join(c.dir, "audit.log") }
 
 func (c *cluster) startEtcd() error {
 	p, err := startProc("etcd", filepath.Join(c.dir, "etcd.log"), nil,
-		"ip", "netns", "exec", c.apihost, "etcd",
+		"ip", "netns", "exec", c.apihost, c.etcdBin,
 		"--name=default",
 		"--data-dir="+filepath.Join(c.dir, "etcd"),
 		"--listen-client-urls="+etcdClient,
@@ -440,52 +432,17 @@ func (c *cluster) stopAPIServer() {
 	}
 }
 
-// buildKubeAPIServer returns the cached kube-apiserver binary for the
-// kube-apiserver module's go.mod, go.sum and main.go, building it first if
-// needed. The build takes minutes on a new machine; the Go build cache makes
-// a rebuild quick.
-func buildKubeAPIServer() (string, error) {
-	src, err := filepath.Abs("kube-apiserver")
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	for _, name := range []string{"go.mod", "go.sum", "main.go"} {
-		b, err := os.ReadFile(filepath.Join(src, name))
-		if err != nil {
-			return "", err
+// buildDeps returns the etcd and kube-apiserver binaries, building them
+// into the cache first when needed (depbuild; `make test` has usually done
+// it already, showing its progress).
+func buildDeps() (etcd, apiserver string, err error) {
+	bins := map[string]string{}
+	for _, p := range depbuild.Programs(".") {
+		if bins[p.Name], err = p.Build(os.Stderr, 30*time.Second); err != nil {
+			return "", "", err
 		}
-		fmt.Fprintf(h, "%s %d\n", name, len(b))
-		h.Write(b)
 	}
-	cache := cacheDir()
-	bin := filepath.Join(cache, "kube-apiserver-"+hex.EncodeToString(h.Sum(nil))[:16])
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return "", err
-	}
-	// Build beside the final name and rename, so a killed build never
-	// leaves a partial binary under the final name.
-	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
-	defer os.Remove(tmp)
-	start := time.Now()
-	fmt.Fprintf(os.Stderr, "test/k8s: building kube-apiserver into %s (minutes on a new machine)\n", bin)
-	if err := goBuild(src, tmp, "."); err != nil {
-		return "", fmt.Errorf("build kube-apiserver: %w", err)
-	}
-	fmt.Fprintf(os.Stderr, "test/k8s: built kube-apiserver in %s\n", time.Since(start).Round(time.Second))
-	return bin, os.Rename(tmp, bin)
-}
-
-// cacheDir holds the kube-apiserver binaries: $MARKSPLIT_CACHE, or
-// /var/cache/marksplit.
-func cacheDir() string {
-	if d := os.Getenv("MARKSPLIT_CACHE"); d != "" {
-		return d
-	}
-	return "/var/cache/marksplit"
+	return bins["etcd"], bins["kube-apiserver"], nil
 }
 
 // buildAgent builds ./agent of the repository.
