@@ -1071,6 +1071,11 @@ func (g *chaos) addrDel() string {
 			name = l.Name
 		}
 	}
+	if name == "" {
+		// The address's link went earlier in this chunk: a delete of an
+		// address that is not there, on a link that is.
+		name, _ = g.someLink()
+	}
 	if a.Peer != "" {
 		return fmt.Sprintf("addr del %s peer %s dev %s", netip.MustParsePrefix(a.Prefix).Addr(), a.Peer, name)
 	}
