@@ -61,6 +61,13 @@ func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.lines = append(h.lines, r.Level.String()+" "+r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Value.Kind() == slog.KindDuration {
+			// A JSON handler prints nanoseconds without a unit.
+			h.lines = append(h.lines, "BUG: duration attribute "+a.Key)
+		}
+		return true
+	})
 	return nil
 }
 

@@ -278,7 +278,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.stats.Reconnects++
 		w.statMu.Unlock()
 		d := bo.NextBackOff()
-		w.log.Warn("netwatch: rtnetlink session failed; reconnecting", "err", err, "in", d)
+		w.log.Warn("netwatch: rtnetlink session failed; reconnecting", "err", err, "retry_in_s", d.Seconds())
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
@@ -574,7 +574,7 @@ func (w *Watcher) fullSync(rc Conn, cause ResyncCause) error {
 	w.stats.LastSyncDuration = time.Since(start)
 	w.statMu.Unlock()
 	if cause != ResyncInitial {
-		w.log.Info("netwatch: resynced", "cause", cause.String(), "took", time.Since(start))
+		w.log.Info("netwatch: resynced", "cause", cause.String(), "took_ms", float64(time.Since(start).Microseconds())/1000)
 	}
 	return nil
 }

@@ -35,7 +35,6 @@ import (
 	"syscall"
 
 	"github.com/marksplit/marksplit/netwatch"
-	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -69,12 +68,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 func serve(ctx context.Context, o options, log, wlog *slog.Logger) error {
 	d := netwatch.KernelDialer{}
 	if o.netns != "" {
-		fd, err := unix.Open(o.netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		ns, err := netwatch.OpenNetNS(o.netns)
 		if err != nil {
-			return fmt.Errorf("open network namespace %s: %w", o.netns, err)
+			return err
 		}
-		defer unix.Close(fd)
-		d.NetNS = fd
+		defer ns.Close() // after the watcher and the applier, which use it
+		d = ns.Dialer()
 	}
 	a, err := netwatch.DialApplier(d)
 	if err != nil {

@@ -1,14 +1,18 @@
 //go:build linux
 
 // Command watch is a typed `ip monitor`: it prints a network namespace's
-// links, addresses, routes of every table and rules as JSON lines, one
-// object per line, after the initial sync; then, unless -once, one line per
-// change with "event":"new" or "event":"del".
+// links, addresses, routes of every table and rules, one object per line,
+// after the initial sync; then, unless -once, one line per change, saying
+// whether the object is new or gone and who changed it.
 //
-// The lines are the state dump DESIGN.md defines. They equal what
-// `ip -j link`, `ip -j addr`, `ip -j route show table all` and `ip -j rule`
-// report for the same namespace, which makes watch the way to check the
-// netwatch cache against the kernel.
+// With -json the lines are the state dump docs/design.md defines: JSON
+// objects that equal what `ip -j -d link`, `ip -j addr`, `ip -j -d route
+// show table all` and `ip -j -d rule` report for the same namespace, every
+// attribute included, which makes watch the way to check the netwatch cache
+// against the kernel. Without -json they are ip(8)'s words.
+//
+// A receive buffer overflow, after which the cache is read again, is
+// reported on standard error.
 package main
 
 import (
@@ -18,12 +22,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/marksplit/marksplit/netwatch"
-	"golang.org/x/sys/unix"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -31,38 +35,45 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	jsonOut := fs.Bool("json", false, "print JSON lines (the only format so far; kept for the documented command line)")
+	jsonOut := fs.Bool("json", false, "print JSON lines (the state dump of docs/design.md) instead of ip(8)'s words")
 	once := fs.Bool("once", false, "print the state after the initial sync and exit")
 	netns := fs.String("netns", "", "network namespace to watch, as a path (/run/netns/NAME or /proc/PID/ns/net); default: this process's")
 	buf := fs.Int("buffer", netwatch.DefaultReadBuffer, "multicast receive buffer in bytes")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	_ = jsonOut
-	if fs.NArg() > 0 {
+	switch {
+	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "watch: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	case *buf <= 0:
+		fmt.Fprintf(stderr, "watch: -buffer %d: want a positive number of bytes\n", *buf)
 		return 2
 	}
 	d := netwatch.KernelDialer{}
 	if *netns != "" {
-		fd, err := unix.Open(*netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		ns, err := netwatch.OpenNetNS(*netns)
 		if err != nil {
-			fmt.Fprintf(stderr, "watch: open network namespace %s: %v\n", *netns, err)
+			fmt.Fprintf(stderr, "watch: %v\n", err)
 			return 1
 		}
-		defer unix.Close(fd)
-		d.NetNS = fd
+		defer ns.Close()
+		d = ns.Dialer()
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	if err := watch(ctx, netwatch.New(netwatch.Options{Dialer: d, ReadBuffer: *buf}), *once, stdout); err != nil {
+	// The watcher's warnings (an overflow and the resync after it, a
+	// reconnect) go to standard error.
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	w := netwatch.New(netwatch.Options{Dialer: d, ReadBuffer: *buf, Logger: log})
+	if err := watch(ctx, w, *once, *jsonOut, stdout); err != nil {
 		fmt.Fprintf(stderr, "watch: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func watch(ctx context.Context, w *netwatch.Watcher, once bool, out io.Writer) error {
+func watch(ctx context.Context, w *netwatch.Watcher, once, jsonOut bool, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -73,6 +84,16 @@ func watch(ctx context.Context, w *netwatch.Watcher, once bool, out io.Writer) e
 	}
 	bw := bufio.NewWriter(out)
 	enc := json.NewEncoder(bw)
+	print := func(ev netwatch.Event, event bool, names map[uint32]string) error {
+		if !jsonOut {
+			_, err := fmt.Fprintln(bw, textLine(ev, event, names))
+			return err
+		}
+		if event {
+			return enc.Encode(eventLine(ev, names))
+		}
+		return enc.Encode(line(ev, "", names))
+	}
 	var names map[uint32]string
 	var snap netwatch.Snapshot
 	sub := w.Subscribe(1<<16, func(v netwatch.View) {
@@ -81,7 +102,7 @@ func watch(ctx context.Context, w *netwatch.Watcher, once bool, out io.Writer) e
 	})
 	defer sub.Close()
 	for _, ev := range events(snap) {
-		if err := enc.Encode(line(ev, "", names)); err != nil {
+		if err := print(ev, false, names); err != nil {
 			return err
 		}
 	}
@@ -103,7 +124,7 @@ func watch(ctx context.Context, w *netwatch.Watcher, once bool, out io.Writer) e
 					names[ev.Link.Index] = ev.Link.Name
 				}
 			}
-			if err := enc.Encode(eventLine(ev, names)); err != nil {
+			if err := print(ev, true, names); err != nil {
 				return err
 			}
 			if len(sub.Events()) == 0 {
@@ -139,4 +160,39 @@ func events(s netwatch.Snapshot) []netwatch.Event {
 		evs = append(evs, netwatch.Event{Kind: netwatch.KindRule, Rule: r})
 	}
 	return evs
+}
+
+// textLine is one object in ip(8)'s words; an event says new or del and
+// who made it.
+func textLine(ev netwatch.Event, event bool, names map[uint32]string) string {
+	links := func(i uint32) (netwatch.Link, bool) {
+		n, ok := names[i]
+		return netwatch.Link{Index: i, Name: n}, ok
+	}
+	var s string
+	switch ev.Kind {
+	case netwatch.KindLink:
+		l := ev.Link
+		state := "down"
+		if l.Up() {
+			state = "up"
+		}
+		s = fmt.Sprintf("link %d %s mtu %d %s", l.Index, l.Name, l.MTU, state)
+	case netwatch.KindAddr:
+		s = fmt.Sprintf("addr %s dev %s", ev.Addr.Prefix, names[ev.Addr.Index])
+		if ev.Addr.Peer.IsValid() {
+			s += " peer " + ev.Addr.Peer.String()
+		}
+	case netwatch.KindRoute:
+		s = "route table " + ev.Route.Table.String() + ": " + ev.Route.Describe(links)
+	default:
+		s = "rule " + ev.Rule.String()
+		if ev.Rule.Family == netwatch.IPv6 {
+			s = "rule (inet6) " + ev.Rule.String()
+		}
+	}
+	if event {
+		s = ev.Op.String() + " " + s + " (" + ev.Origin.String() + ")"
+	}
+	return s
 }

@@ -195,9 +195,9 @@ func (s *Source) Run(ctx context.Context, report func(Mode)) error {
 				rv = ""
 				d := nextBackOff(b)
 				if errors.Is(err, errNotFound) {
-					s.log.Info(err.Error(), "retry_in", d)
+					s.log.Info(err.Error(), "retry_in_s", d.Seconds())
 				} else {
-					s.log.Warn(err.Error(), "retry_in", d)
+					s.log.Warn(err.Error(), "retry_in_s", d.Seconds())
 				}
 				if !sleep(ctx, d) {
 					break
@@ -236,7 +236,7 @@ func (s *Source) Run(ctx context.Context, report func(Mode)) error {
 			retry = !end.progress
 		case endFailed:
 			d := nextBackOff(b)
-			s.log.Warn(end.err.Error(), "retry_in", d)
+			s.log.Warn(end.err.Error(), "retry_in_s", d.Seconds())
 			failing = !end.progress
 			if !sleep(ctx, d) {
 				return nil

@@ -158,7 +158,7 @@ func (s *PeerSource) Run(ctx context.Context, report func(Peers)) error {
 					break
 				}
 				d := nextBackOff(b)
-				s.log.Warn(err.Error(), "retry_in", d)
+				s.log.Warn(err.Error(), "retry_in_s", d.Seconds())
 				if !sleep(ctx, d) {
 					break
 				}
@@ -192,10 +192,10 @@ func (s *PeerSource) Run(ctx context.Context, report func(Peers)) error {
 		case endFailed, endCorrupt:
 			d := nextBackOff(b)
 			if end.kind == endCorrupt {
-				s.log.Warn(end.err.Error()+"; keeping the last nodes and listing again", "retry_in", d)
+				s.log.Warn(end.err.Error()+"; keeping the last nodes and listing again", "retry_in_s", d.Seconds())
 				r.rv = ""
 			} else {
-				s.log.Warn(end.err.Error(), "retry_in", d)
+				s.log.Warn(end.err.Error(), "retry_in_s", d.Seconds())
 			}
 			failing = !end.progress
 			if !sleep(ctx, d) {

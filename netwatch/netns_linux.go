@@ -1,0 +1,61 @@
+//go:build linux
+
+package netwatch
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// NetNS is an open network namespace: a file descriptor of
+// /run/netns/NAME or /proc/PID/ns/net, which keeps the namespace alive for
+// as long as it is open. Watchers and Appliers dialed with its Dialer use
+// it while they run and while they dial: close it only after them.
+type NetNS struct {
+	fd int
+}
+
+// nsGetNSType is NS_GET_NSTYPE (linux/nsfs.h), which x/sys/unix lacks.
+const nsGetNSType = 0xb703
+
+// OpenNetNS opens the network namespace at path. It fails, at once, on a
+// path that is not a network namespace (another kind of namespace, a
+// regular file), rather than leaving a program to hang or to watch the
+// wrong namespace.
+func OpenNetNS(path string) (*NetNS, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("netwatch: open network namespace %s: %w", path, err)
+	}
+	typ, err := unix.IoctlRetInt(fd, nsGetNSType)
+	switch {
+	case errors.Is(err, unix.ENOTTY), errors.Is(err, unix.EINVAL):
+		unix.Close(fd)
+		return nil, fmt.Errorf("netwatch: %s is not a namespace", path)
+	case err != nil:
+		unix.Close(fd)
+		return nil, fmt.Errorf("netwatch: network namespace %s: %w", path, err)
+	case typ != unix.CLONE_NEWNET:
+		unix.Close(fd)
+		return nil, fmt.Errorf("netwatch: %s is a namespace, but not a network namespace", path)
+	}
+	return &NetNS{fd: fd}, nil
+}
+
+// Dialer returns a KernelDialer that opens its sockets in the namespace.
+func (n *NetNS) Dialer() KernelDialer { return KernelDialer{NetNS: n.fd} }
+
+// FD returns the namespace's file descriptor, owned by n.
+func (n *NetNS) FD() int { return n.fd }
+
+// Close closes the namespace's file descriptor. It is safe to call twice.
+func (n *NetNS) Close() error {
+	if n.fd < 0 {
+		return nil
+	}
+	err := unix.Close(n.fd)
+	n.fd = -1
+	return err
+}
