@@ -91,7 +91,6 @@ func (a *attrs) str() string {
 	return string(v)
 }
 
-
 // keep appends the current attribute to kept, as sent, its padding zeroed.
 func (a *attrs) keep(kept Attrs) Attrs {
 	return kept + Attrs(appendAttr(nil, a.raw, a.val))

@@ -279,6 +279,13 @@ func (r *Route) decodeAttr(a *attrs, dst, src *netip.Addr) (err error) {
 		r.Pref = RoutePref(p)
 	case unix.RTA_CACHEINFO:
 		r.Expires, err = decodeExpires(a.val)
+	case unix.RTA_EXPIRES:
+		// A request's remaining lifetime in seconds; a report has it in
+		// RTA_CACHEINFO.
+		var secs uint32
+		if secs, err = a.u32(); err == nil && secs != 0 {
+			r.Expires = time.Now().Add(time.Duration(secs) * time.Second)
+		}
 	case unix.RTA_ENCAP_TYPE:
 		r.Encap.Type, err = a.u16()
 	case unix.RTA_ENCAP:
@@ -353,8 +360,11 @@ func decodeExpires(b []byte) (time.Time, error) {
 		return time.Time{}, malformed("RTA_CACHEINFO of %d bytes", len(b))
 	}
 	ticks := int32(binary.NativeEndian.Uint32(b[8:12]))
-	if ticks == 0 {
+	switch {
+	case ticks == 0:
 		return time.Time{}, nil
+	case ticks < 0:
+		return time.Now(), nil // past its lifetime, about to be collected
 	}
 	return time.Now().Add(time.Duration(ticks) * time.Second / userHZ), nil
 }

@@ -9,10 +9,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jsimonetti/rtnetlink/v2"
 	"github.com/mdlayher/netlink"
@@ -57,7 +58,7 @@ func checkAddr(t *testing.T, what string, a netip.Addr, f Family) {
 
 // routeSeeds are messages the kernel sends, built with rtnetlink/v2.
 func routeSeeds(t testing.TB) [][]byte {
-	return [][]byte{
+	seeds := [][]byte{
 		typicalRoute(t),
 		marshal(t, &rtnetlink.RouteMessage{Family: unix.AF_INET6, DstLength: 64, SrcLength: 48, Table: 254, Type: unix.RTN_UNICAST,
 			Flags: unix.RTNH_F_LINKDOWN, Attributes: rtnetlink.RouteAttributes{Dst: ip("fd09::"), OutIface: 2, Priority: 1024,
@@ -72,6 +73,64 @@ func routeSeeds(t testing.TB) [][]byte {
 		append(marshal(t, &rtnetlink.RouteMessage{Family: unix.AF_INET, DstLength: 24, Table: 254, Type: unix.RTN_UNICAST,
 			Attributes: rtnetlink.RouteAttributes{Dst: ip("10.9.0.0"), Gateway: ip("10.0.0.1"), OutIface: 2}}), attr(rtaNHID, []byte{7, 0, 0, 0})...),
 	}
+	for _, r := range richRoutes() {
+		b, err := encodeRoute(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds = append(seeds, b)
+	}
+	// An IPv6 report: RTA_CACHEINFO with ten minutes to live, RTA_PREF.
+	ci := make([]byte, 32)
+	binary.NativeEndian.PutUint32(ci[8:12], 60000)
+	seeds = append(seeds, append(append(marshal(t, &rtnetlink.RouteMessage{Family: unix.AF_INET6, DstLength: 64, Table: 254,
+		Type: unix.RTN_UNICAST, Protocol: unix.RTPROT_RA, Attributes: rtnetlink.RouteAttributes{Dst: ip("fd01::"), OutIface: 2,
+			Priority: 1024}}), attr(unix.RTA_CACHEINFO, ci)...), attr(unix.RTA_PREF, []byte{1})...))
+	return seeds
+}
+
+// richRoutes carry every attribute netwatch decodes, and one it does not.
+func richRoutes() []Route {
+	pfx, addr := netip.MustParsePrefix, netip.MustParseAddr
+	return []Route{{
+		Family: IPv4, Table: TableMain, Dst: pfx("10.1.0.0/16"), TOS: 0x10, Metric: 1002, Gateway: addr("10.0.0.1"), Index: 2,
+		PrefSrc: addr("10.0.0.5"), MTU: 1355, Protocol: ProtoDHCP, Type: RouteUnicast, Flags: RouteOnlink, Flow: 7,
+		Metrics: Metrics{Locks: LockMTU | 1<<13, Window: 1000, RTT: 800, RTTVar: 80, SSThresh: 30, CWnd: 10, AdvMSS: 1300,
+			Reordering: 5, HopLimit: 9, InitCWnd: 10, Features: 1, RTOMin: 5, InitRWnd: 20, QuickAck: 1, CongCtl: "reno",
+			FastOpen: 1, Attrs: Attrs(appendAttr(nil, 30, []byte{1, 0, 0, 0}))},
+		Attrs: Attrs(appendAttr(nil, unix.RTA_MARK, []byte{0, 0xe, 0, 0})),
+	}, {
+		Family: IPv6, Table: TableMain, Dst: pfx("fd01::/64"), Metric: 1024, Gateway: addr("fd00::1"), Index: 2,
+		Protocol: ProtoRA, Type: RouteUnicast, Pref: PrefHigh, Expires: time.Now().Add(10 * time.Minute),
+		Metrics: Metrics{HopLimit: 7}, MTU: 1355,
+	}, {
+		Family: IPv4, Table: 900, Dst: pfx("10.6.0.0/16"), Index: 2, Type: RouteUnicast, Scope: ScopeLink,
+		Encap: Encap{Type: unix.LWTUNNEL_ENCAP_IP, Data: string(appendAttr(nil, 1, []byte{0, 0, 0, 0, 0, 0, 0, 5}))},
+	}, {
+		Family: IPv4, Table: 900, Dst: pfx("10.8.0.0/16"), Type: RouteUnicast, MTU: 1355, NextHops: []NextHop{
+			{Gateway: addr("10.0.0.1"), Index: 2, Weight: 2, Flow: 3},
+			{Gateway: addr("10.0.0.2"), Index: 2, Weight: 1, Flow: 4, Attrs: Attrs(appendAttr(nil, unix.RTA_NEWDST, []byte{0, 1, 0x91, 0}))},
+		},
+	}}
+}
+
+// FuzzDecodeMetrics: RTA_METRICS decoded and encoded again decodes to the
+// same metrics, whatever they are.
+func FuzzDecodeMetrics(f *testing.F) {
+	for _, r := range richRoutes() {
+		f.Add(encodeMetrics(r.MTU, r.Metrics))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		mtu, m, err := decodeMetrics(data)
+		checkDecodeErr(t, err)
+		if err != nil {
+			return
+		}
+		mtu2, m2, err := decodeMetrics(encodeMetrics(mtu, m))
+		if err != nil || mtu2 != mtu || m2 != m {
+			t.Fatalf("round trip: mtu %d %+v (%v), want mtu %d %+v", mtu2, m2, err, mtu, m)
+		}
+	})
 }
 
 func ruleSeeds(t testing.TB) [][]byte {
@@ -307,7 +366,7 @@ func FuzzCompactRoute(f *testing.F) {
 			}
 		}
 		got, want := (View{s: fast}).Snapshot().Routes, (View{s: slow}).Snapshot().Routes
-		if !reflect.DeepEqual(got, want) {
+		if !slices.EqualFunc(got, want, Route.Equal) {
 			t.Fatalf("fast path cached\n%+v\ngeneral path\n%+v", got, want)
 		}
 	})
