@@ -18,7 +18,7 @@ const redumpRules = 2
 // changed without telling (IPv4 routes vanish silently when their link goes
 // down or their address goes away; link state changes flip linkdown flags
 // and IPv6 route MTUs silently) or what the event leaves ambiguous.
-func (s *state) apply(ev *Event) (changed bool, redump redumps) {
+func (s *state) apply(ev *change) (changed bool, redump redumps) {
 	switch ev.Kind {
 	case KindLink:
 		old, had := s.links[ev.Link.Index]
@@ -77,7 +77,7 @@ func (s *state) apply(ev *Event) (changed bool, redump redumps) {
 			s.rules[fi(ev.Rule.Family)] = slices.Delete(rs, i, i+1)
 			return true, redump
 		}
-		if !ev.dumped && slices.ContainsFunc(rs, func(r Rule) bool { return sameRule(r, ev.Rule) }) {
+		if ev.how&howDumped == 0 && slices.ContainsFunc(rs, func(r Rule) bool { return sameRule(r, ev.Rule) }) {
 			// The kernel allows identical rules, but this may as well be
 			// an event queued during a dump that already showed the rule:
 			// only the kernel can tell.
@@ -133,7 +133,7 @@ func sameRoute(a, b Route) bool {
 		len(a.NextHops) == len(b.NextHops)
 }
 
-func (s *state) applyRoute(ev *Event) (changed bool, redump redumps) {
+func (s *state) applyRoute(ev *change) (changed bool, redump redumps) {
 	r := ev.Route
 	f := fi(r.Family)
 	k := r.Key()
@@ -170,15 +170,15 @@ func (s *state) applyRoute(ev *Event) (changed bool, redump redumps) {
 	switch {
 	case len(cur) == 0:
 		tb.setAll(k, []Route{r})
-	case ev.replace:
+	case ev.how&howReplace != 0:
 		if cur[0].Equal(r) {
 			return false, redump
 		}
 		cur[0] = r
 		tb.setAll(k, cur)
-	case ev.dumped:
+	case ev.how&howDumped != 0:
 		tb.setAll(k, append(cur, r))
-	case ev.excl:
+	case ev.how&howExcl != 0:
 		// NLM_F_EXCL: the kernel had no route with this key. The cache
 		// does, so it is ahead (the event was queued during a dump that
 		// showed a later state) or wrong: ask the kernel, which also
@@ -196,9 +196,9 @@ func (s *state) applyRoute(ev *Event) (changed bool, redump redumps) {
 		// derive the result, so it asks the kernel.
 		redump[f] = true
 		return false, redump
-	case ev.appendRoute:
+	case ev.how&howAppend != 0:
 		tb.setAll(k, append(cur, r))
-	case ev.prepend:
+	case ev.how&howPrepend != 0:
 		// ip route prepend: a new first route, even beside one with the
 		// same next hop (the kernel's match includes metrics and prefsrc).
 		tb.setAll(k, append([]Route{r}, cur...))

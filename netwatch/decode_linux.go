@@ -45,8 +45,8 @@ func familyOf(af uint8) (Family, bool) {
 // decode turns one rtnetlink message into an event. It returns errSkip for
 // messages the cache does not keep, and an error wrapping errMalformed for
 // bytes that are not a valid message of their type.
-func decode(m netlink.Message, tables tableFilter) (Event, error) {
-	var ev Event
+func decode(m netlink.Message, tables tableFilter) (change, error) {
+	var ev change
 	var err error
 	switch m.Header.Type {
 	case unix.RTM_NEWLINK, unix.RTM_DELLINK:
@@ -58,10 +58,7 @@ func decode(m netlink.Message, tables tableFilter) (Event, error) {
 	case unix.RTM_NEWROUTE, unix.RTM_DELROUTE:
 		ev.Kind = KindRoute
 		ev.Route, err = decodeRoute(m.Data, tables)
-		ev.replace = m.Header.Flags&netlink.Replace != 0
-		ev.appendRoute = m.Header.Flags&netlink.Append != 0
-		ev.excl = m.Header.Flags&netlink.Excl != 0
-		ev.prepend = m.Header.Flags&(netlink.Create|netlink.Excl|netlink.Append|netlink.Replace) == netlink.Create
+		ev.how = routeHow(m.Header.Flags)
 	case unix.RTM_NEWRULE, unix.RTM_DELRULE:
 		ev.Kind = KindRule
 		ev.Rule, err = decodeRule(m.Data)
@@ -75,6 +72,24 @@ func decode(m netlink.Message, tables tableFilter) (Event, error) {
 		ev.Op = EventNew
 	}
 	return ev, err
+}
+
+// routeHow reads what a route notification's flags say of the change.
+func routeHow(f netlink.HeaderFlags) uint8 {
+	var how uint8
+	if f&netlink.Replace != 0 {
+		how |= howReplace
+	}
+	if f&netlink.Append != 0 {
+		how |= howAppend
+	}
+	if f&netlink.Excl != 0 {
+		how |= howExcl
+	}
+	if f&(netlink.Create|netlink.Excl|netlink.Append|netlink.Replace) == netlink.Create {
+		how |= howPrepend
+	}
+	return how
 }
 
 func decodeLink(b []byte) (Link, error) {
@@ -548,31 +563,6 @@ func (r *Rule) decodeAttr(a *attrs, dst, src *netip.Addr) (err error) {
 		r.Attrs = a.keep(r.Attrs)
 	}
 	return err
-}
-
-// tableFilter restricts which routing tables are cached; the zero value
-// caches all.
-type tableFilter struct {
-	set map[Table]struct{}
-}
-
-func newTableFilter(ts []Table) tableFilter {
-	if ts == nil {
-		return tableFilter{}
-	}
-	f := tableFilter{set: make(map[Table]struct{}, len(ts))}
-	for _, t := range ts {
-		f.set[t] = struct{}{}
-	}
-	return f
-}
-
-func (f tableFilter) has(t Table) bool {
-	if f.set == nil {
-		return true
-	}
-	_, ok := f.set[t]
-	return ok
 }
 
 // compactRoute is a dumped route decoded straight into the store's form:

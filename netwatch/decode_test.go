@@ -350,21 +350,20 @@ func TestDecodeEvent(t *testing.T) {
 	for _, tc := range []struct {
 		typ   uint16
 		flags netlink.HeaderFlags
-		want  Event
+		want  change
 	}{
-		{unix.RTM_NEWROUTE, netlink.Create | netlink.Excl, Event{Op: EventNew, Kind: KindRoute, excl: true}},
-		{unix.RTM_NEWROUTE, netlink.Create, Event{Op: EventNew, Kind: KindRoute, prepend: true}},
-		{unix.RTM_NEWROUTE, netlink.Create | netlink.Append, Event{Op: EventNew, Kind: KindRoute, appendRoute: true}},
-		{unix.RTM_NEWROUTE, netlink.Replace, Event{Op: EventNew, Kind: KindRoute, replace: true}},
-		{unix.RTM_NEWROUTE, netlink.Multi, Event{Op: EventNew, Kind: KindRoute}},
-		{unix.RTM_DELROUTE, 0, Event{Op: EventDel, Kind: KindRoute}},
+		{unix.RTM_NEWROUTE, netlink.Create | netlink.Excl, change{Event{Op: EventNew, Kind: KindRoute}, howExcl}},
+		{unix.RTM_NEWROUTE, netlink.Create, change{Event{Op: EventNew, Kind: KindRoute}, howPrepend}},
+		{unix.RTM_NEWROUTE, netlink.Create | netlink.Append, change{Event{Op: EventNew, Kind: KindRoute}, howAppend}},
+		{unix.RTM_NEWROUTE, netlink.Replace, change{Event{Op: EventNew, Kind: KindRoute}, howReplace}},
+		{unix.RTM_NEWROUTE, netlink.Multi, change{Event{Op: EventNew, Kind: KindRoute}, 0}},
+		{unix.RTM_DELROUTE, 0, change{Event{Op: EventDel, Kind: KindRoute}, 0}},
 	} {
 		ev, err := decode(netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(tc.typ), Flags: tc.flags}, Data: route}, tableFilter{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.Op != tc.want.Op || ev.Kind != tc.want.Kind || ev.excl != tc.want.excl || ev.prepend != tc.want.prepend ||
-			ev.appendRoute != tc.want.appendRoute || ev.replace != tc.want.replace || ev.Route.Table != 70000 {
+		if ev.Op != tc.want.Op || ev.Kind != tc.want.Kind || ev.how != tc.want.how || ev.Route.Table != 70000 {
 			t.Errorf("type %d flags %v: %+v", tc.typ, tc.flags, ev)
 		}
 	}
@@ -385,7 +384,7 @@ func TestDecodeRouteAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { r, err = decodeRoute(b, tableFilter{}) }); n != 0 || err != nil {
 		t.Errorf("decodeRoute: %v allocations per run, error %v", n, err)
 	}
-	var ev Event
+	var ev change
 	if n := testing.AllocsPerRun(1000, func() { ev, err = decode(m, tableFilter{}) }); n != 0 || err != nil {
 		t.Errorf("decode: %v allocations per run, error %v", n, err)
 	}

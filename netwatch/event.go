@@ -52,9 +52,20 @@ type Event struct {
 	Addr   Addr
 	Route  Route
 	Rule   Rule
-	// replace is set on a route event the kernel sent with NLM_F_REPLACE,
-	// appendRoute with NLM_F_APPEND, excl with NLM_F_EXCL (the key had no
-	// route), prepend with NLM_F_CREATE alone (ip route prepend); dumped on
-	// a route from a dump, which lists routes sharing a key in kernel order.
-	replace, appendRoute, excl, prepend, dumped bool
 }
+
+// change is an Event as the watcher decoded it, with how the kernel sent
+// it, which the cache needs to apply a route event.
+type change struct {
+	Event
+	how uint8
+}
+
+// How a change came, in change.how.
+const (
+	howReplace = 1 << iota // a route event with NLM_F_REPLACE
+	howAppend              // with NLM_F_APPEND
+	howExcl                // with NLM_F_EXCL: the kernel had no route with the key
+	howPrepend             // with NLM_F_CREATE alone: ip route prepend
+	howDumped              // from a dump, which lists routes sharing a key in kernel order
+)

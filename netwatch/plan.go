@@ -98,6 +98,9 @@ func Plan(v View, d Desired) ([]Op, error) {
 	if err != nil {
 		return nil, &PlanError{err}
 	}
+	if err := p.checkCached(v); err != nil {
+		return nil, &PlanError{err}
+	}
 	p.planRoutes(v)
 	p.planRules(v)
 	p.planRepairs(v)
@@ -192,6 +195,23 @@ func newPlanner(d Desired) (*planner, error) {
 		p.repairs[r.Key()] = r
 	}
 	return p, nil
+}
+
+// checkCached refuses to plan for tables the view does not hold: an owned
+// table outside Options.RouteTables would look empty, and be filled again
+// on every pass.
+func (p *planner) checkCached(v View) error {
+	for t := range p.tables {
+		if !v.Cached(t.Table) {
+			return fmt.Errorf("owned table %v is not in the cache (the watcher's Options.RouteTables leaves it out)", t.Table)
+		}
+	}
+	for _, r := range p.repairs {
+		if !v.Cached(r.Table) {
+			return fmt.Errorf("repair of %v: table %v is not in the cache (the watcher's Options.RouteTables leaves it out)", r, r.Table)
+		}
+	}
+	return nil
 }
 
 func checkFamily(f Family) error {

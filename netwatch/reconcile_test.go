@@ -476,3 +476,89 @@ func waitFights(t *testing.T, mu *sync.Mutex, fights *[]Fight, n int) {
 		t.Fatalf("fights: %+v, want %d reports", *fights, n)
 	}
 }
+
+// TestReconcilerTableNotCached: a policy that owns a table the watcher
+// does not cache (Options.RouteTables leaves it out) gets a PlanError,
+// logged once, and nothing is applied: an empty-looking table is not
+// filled again on every pass.
+func TestReconcilerTableNotCached(t *testing.T) {
+	k, eth := fakeHost(t)
+	w, _ := startFake(t, k, Options{RouteTables: []Table{TableMain}})
+	a, err := DialApplier(&fakeDialer{k: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	rec := new(logRecorder)
+	passes := make(chan Pass, 64)
+	r := &Reconciler{Watcher: w, Applier: a, Policy: tunnelPolicy(eth), Logger: slog.New(rec),
+		OnPass: func(p Pass) {
+			select {
+			case passes <- p:
+			default:
+				t.Error("more passes than the test can take: the plan error is retried")
+			}
+		}, RetryMin: time.Millisecond, RetryMax: time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	var p Pass
+	for p = <-passes; !p.Planned; p = <-passes {
+	}
+	var pe *PlanError
+	if !errors.As(p.Err, &pe) || !strings.Contains(p.Err.Error(), "owned table 900 is not in the cache") {
+		t.Fatalf("pass error %v, want a PlanError about table 900", p.Err)
+	}
+	k.AddLink("eth9", "veth", 1500, true) // another pass
+	for p = <-passes; !p.Planned; p = <-passes {
+	}
+	if len(p.Applied) != 0 {
+		t.Errorf("applied %v from an owned table the cache does not hold", p.Applied)
+	}
+	select {
+	case p := <-passes:
+		t.Errorf("a pass without a change: %+v (the plan error was retried)", p)
+	case <-time.After(50 * time.Millisecond): // many retry intervals of 1 ms
+	}
+	n := 0
+	for _, l := range rec.take() {
+		if strings.Contains(l, "cannot be planned") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the plan error was logged %d times, want once", n)
+	}
+}
+
+// TestSubscribeStartMayAsk: Subscribe's start runs under the read lock only:
+// it may ask the watcher whether it is synced and for its stats, and
+// events made meanwhile are neither lost nor doubled.
+func TestSubscribeStartMayAsk(t *testing.T) {
+	k, eth := fakeHost(t)
+	w, _ := startFake(t, k, Options{})
+	waitFake(t, w, k, "initial sync")
+	var routes int
+	sub := w.Subscribe(64, func(v View) {
+		if !w.Synced() || w.Stats().Generation == 0 {
+			t.Error("not synced inside start")
+		}
+		if w.Changed() == nil { // taking it must not block
+			t.Error("no Changed channel")
+		}
+		routes = v.RouteCount(IPv4)
+	})
+	defer sub.Close()
+	if err := k.AddRoute(nltest.Route{Table: 900, Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-sub.Events():
+		if ev.Route.Dst != netip.MustParsePrefix("10.7.0.0/16") || routes == 0 {
+			t.Errorf("first event %+v after a start view of %d routes", ev, routes)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
+	}
+}

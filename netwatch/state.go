@@ -79,7 +79,13 @@ type View struct {
 	s       *state
 	j       *journal      // nil for a Snapshot's view
 	changed chan struct{} // closed at the next change after the view; nil for a Snapshot's
+	tables  tableFilter   // the tables the cache holds (Options.RouteTables)
 }
+
+// Cached reports whether the cache holds the routes of table t: every
+// table, unless Options.RouteTables names the ones it holds. The routes of
+// a table the cache does not hold are not known, not absent.
+func (v View) Cached(t Table) bool { return v.tables.has(t) }
 
 // Synced reports whether the view reflects a complete dump plus every event
 // since. A view that is not synced must not be used to remove anything.
@@ -238,3 +244,29 @@ func compareRouteKeys(a, b Route) int {
 		a.Src.Addr().Compare(b.Src.Addr()), cmp.Compare(a.Src.Bits(), b.Src.Bits()),
 		cmp.Compare(a.TOS, b.TOS), cmp.Compare(a.Metric, b.Metric))
 }
+
+// tableFilter restricts which routing tables are cached; the zero value
+// caches all.
+type tableFilter struct {
+	set map[Table]struct{}
+}
+
+func newTableFilter(ts []Table) tableFilter {
+	if ts == nil {
+		return tableFilter{}
+	}
+	f := tableFilter{set: make(map[Table]struct{}, len(ts))}
+	for _, t := range ts {
+		f.set[t] = struct{}{}
+	}
+	return f
+}
+
+func (f tableFilter) has(t Table) bool {
+	if f.set == nil {
+		return true
+	}
+	_, ok := f.set[t]
+	return ok
+}
+

@@ -22,21 +22,69 @@ type Subscription struct {
 	w    *Watcher
 	c    chan Event
 	once sync.Once
-	err  error
+	err  error // guarded by w.mu
+
+	// Until start has seen its view, events are held here with their
+	// journal numbers; guarded by mu.
+	mu      sync.Mutex
+	holding bool
+	held    []heldEvent
+}
+
+type heldEvent struct {
+	n  uint64
+	ev Event
 }
 
 // Subscribe starts a subscription with room for buf undelivered events.
-// If start is not nil it is called with the view the first event
-// follows, so that view plus the events is the whole story.
+// If start is not nil it is called with the view the first event follows,
+// so that view plus the events is the whole story. start runs as Read's
+// callback does, with the cache read-locked: it must compute from the view
+// and return, without calling the watcher's methods.
 func (w *Watcher) Subscribe(buf int, start func(View)) *Subscription {
-	s := &Subscription{w: w, c: make(chan Event, buf)}
+	s := &Subscription{w: w, c: make(chan Event, buf), holding: true}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if start != nil {
-		start(View{s: w.st, j: &w.journal, changed: w.changed})
-	}
 	w.subs[s] = struct{}{}
+	w.mu.Unlock()
+	// Changes made from here on are held; those the view below shows
+	// already are dropped, the later ones delivered.
+	w.mu.RLock()
+	mark := w.journal.next
+	if start != nil {
+		start(View{s: w.st, j: &w.journal, changed: w.changed, tables: w.tables})
+	}
+	w.mu.RUnlock()
+	s.release(mark)
 	return s
+}
+
+// release delivers the held events numbered mark and later and stops
+// holding.
+func (s *Subscription) release(mark uint64) {
+	s.mu.Lock()
+	lagged := false
+	for _, h := range s.held {
+		if h.n < mark {
+			continue
+		}
+		select {
+		case s.c <- h.ev:
+			continue
+		default:
+			lagged = true
+		}
+		break
+	}
+	// A lagging subscription keeps holding (so that nothing is sent past
+	// the gap) until it ends; w.mu is taken only without s.mu, as publish
+	// takes them in the other order.
+	s.held, s.holding = nil, lagged
+	s.mu.Unlock()
+	if lagged {
+		s.w.mu.Lock()
+		s.end(ErrLagged)
+		s.w.mu.Unlock()
+	}
 }
 
 // Events returns the channel of events. It is closed when the
@@ -68,11 +116,18 @@ func (s *Subscription) end(err error) {
 
 // publish records ev in the journal and sends it to every subscriber;
 // called with w.mu held for writing.
-func (w *Watcher) publish(ev Event) {
-	created := ev.Kind == KindRoute && ev.Op == EventNew && ev.excl
-	ev.replace, ev.appendRoute, ev.excl, ev.prepend, ev.dumped = false, false, false, false, false
-	w.journal.add(ev, created)
+func (w *Watcher) publish(c change) {
+	ev := c.Event
+	n := w.journal.next
+	w.journal.add(ev, ev.Kind == KindRoute && ev.Op == EventNew && c.how&howExcl != 0)
 	for s := range w.subs {
+		s.mu.Lock()
+		if s.holding {
+			s.held = append(s.held, heldEvent{n, ev})
+			s.mu.Unlock()
+			continue
+		}
+		s.mu.Unlock()
 		select {
 		case s.c <- ev:
 		default:
@@ -84,7 +139,7 @@ func (w *Watcher) publish(ev Event) {
 // publishResync publishes a difference a re-dump found.
 func (w *Watcher) publishResync(ev Event) {
 	ev.Origin = Origin{Kind: OriginResync}
-	w.publish(ev)
+	w.publish(change{Event: ev})
 }
 
 // diffStates publishes the changes between two states as events:

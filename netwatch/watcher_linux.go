@@ -110,8 +110,9 @@ type Watcher struct {
 	subs map[*Subscription]struct{}
 
 	// changed is closed at the next change of st and replaced; see
-	// Changed. Guarded by mu.
+	// Changed. Guarded by mu; now holds it too, with st's synced and gen.
 	changed chan struct{}
+	now     atomic.Pointer[cacheState]
 	// journal keeps the latest changes for View.Changes; guarded by mu.
 	journal journal
 	// owners finds the processes behind the ports of notifications.
@@ -164,6 +165,7 @@ func New(opts Options) *Watcher {
 	if d, ok := opts.Dialer.(interface{ owners() ownerFinder }); ok {
 		w.owners = d.owners()
 	}
+	w.now.Store(&cacheState{changed: w.changed})
 	return w
 }
 
@@ -172,15 +174,11 @@ func New(opts Options) *Watcher {
 func (w *Watcher) Read(fn func(View)) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	fn(View{s: w.st, j: &w.journal, changed: w.changed})
+	fn(View{s: w.st, j: &w.journal, changed: w.changed, tables: w.tables})
 }
 
 // Synced reports whether the cache currently mirrors the kernel.
-func (w *Watcher) Synced() bool {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	return w.st.synced
-}
+func (w *Watcher) Synced() bool { return w.now.Load().synced }
 
 // Changed returns a channel that is closed at the next change of the cache
 // after the call: an event applied, a resync swapped in, the cache becoming
@@ -190,11 +188,7 @@ func (w *Watcher) Synced() bool {
 //	for ch := w.Changed(); !cond(); ch = w.Changed() {
 //		<-ch
 //	}
-func (w *Watcher) Changed() <-chan struct{} {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	return w.changed
-}
+func (w *Watcher) Changed() <-chan struct{} { return w.now.Load().changed }
 
 // WaitSynced waits until the cache is synced, or returns ctx's error.
 func (w *Watcher) WaitSynced(ctx context.Context) error {
@@ -220,15 +214,11 @@ func (w *Watcher) Resync() {
 
 // Stats returns a copy of the counters.
 func (w *Watcher) Stats() Stats {
-	// Never hold both locks: applyBatch takes statMu under mu.
-	w.mu.RLock()
-	synced, gen := w.st.synced, w.st.gen
-	w.mu.RUnlock()
-
+	now := w.now.Load()
 	w.statMu.Lock()
 	defer w.statMu.Unlock()
 	s := w.stats
-	s.Synced, s.Generation = synced, gen
+	s.Synced, s.Generation = now.synced, now.gen
 	s.Events = maps.Clone(w.stats.Events)
 	s.Resyncs = maps.Clone(w.stats.Resyncs)
 	return s
@@ -329,7 +319,7 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 	bo.Reset()
 
 	var (
-		batch   []Event
+		batch   []change
 		replies []uint32 // to Barrier calls, read in this round
 		pending redumps  // re-dumps waiting for the drain
 		drain   uint32   // the drain request's sequence; 0 when none is out
@@ -478,7 +468,7 @@ func (w *Watcher) redump(rc Conn, pending redumps) error {
 
 // applyBatch applies events to the cache under one lock and tells
 // subscribers.
-func (w *Watcher) applyBatch(batch []Event) (redump redumps) {
+func (w *Watcher) applyBatch(batch []change) (redump redumps) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
@@ -514,6 +504,15 @@ func (w *Watcher) applyBatch(batch []Event) (redump redumps) {
 func (w *Watcher) signal() {
 	close(w.changed)
 	w.changed = make(chan struct{})
+	w.now.Store(&cacheState{synced: w.st.synced, gen: w.st.gen, changed: w.changed})
+}
+
+// cacheState is what Synced, Changed and Stats read without the lock, so
+// that a Read or Subscribe callback may call them.
+type cacheState struct {
+	synced  bool
+	gen     uint64
+	changed chan struct{}
 }
 
 // origin names who caused a notification sent with port in its header.
@@ -889,7 +888,7 @@ func (s *state) addDatagram(d []byte, tables tableFilter) error {
 		case err != nil:
 			return fmt.Errorf("netwatch: dump: %w", err)
 		}
-		ev.dumped = true
+		ev.how |= howDumped
 		s.apply(&ev)
 	}
 	return nil
