@@ -84,8 +84,11 @@ func (m Mode) String() string {
 // different MTUs and addresses, so no single table route mirrors them. They
 // keep working at the interface MTU through the main table, and, when a
 // table route covers them, a throw route sends their packets there.
+//
+// With cfg.Peers, Desired knows no peers: only ModeOff (the owned scope, to
+// empty it, as cleanup does) is ok; DesiredPeers is the policy then.
 func Desired(v netwatch.View, cfg Config, mode Mode) (d netwatch.Desired, ok bool) {
-	if mode != ModeOn && mode != ModeOff || !v.Synced() || cfg.Validate() != nil {
+	if mode != ModeOn && mode != ModeOff || !v.Synced() || cfg.Validate() != nil || cfg.Peers && mode != ModeOff {
 		return netwatch.Desired{}, false
 	}
 	d.Own = cfg.owned()
