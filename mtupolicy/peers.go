@@ -72,7 +72,7 @@ func DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (d
 	}
 	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
 		if tun.MTU >= MinMTU(f) {
-			cfg.peerFamily(v, f, tun, peers, &d, nil)
+			cfg.peerFamily(v, f, tun, peers, &d)
 		}
 	}
 	return d, true
@@ -92,26 +92,44 @@ func PeerNotes(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) []str
 		return notes
 	}
 	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
-		if tun.MTU >= MinMTU(f) {
-			var d netwatch.Desired
-			cfg.peerFamily(v, f, tun, peers, &d, &notes)
+		if tun.MTU < MinMTU(f) {
+			continue
+		}
+		idx := newMainIndex(v, f)
+		noted := make(map[netwatch.RouteKey]bool)
+		for _, a := range peers {
+			if a = a.Unmap(); netwatch.FamilyOf(a) != f || !a.IsValid() {
+				continue
+			}
+			if path, ok := idx.lookup(a); ok && (path.NextHops != nil || path.NHID != 0) && !noted[path.Key()] {
+				noted[path.Key()] = true
+				notes = append(notes, fmt.Sprintf("%v: peers reached through main route %v keep the interface MTU: it has no single path to copy (multipath or a nexthop object)",
+					f, path.Dst))
+			}
 		}
 	}
 	return notes
 }
 
 // peerFamily adds to d the host routes, throws, rule and repairs of family
-// f, and to notes (when not nil) the multipath paths it could not copy.
-func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link, peers []netip.Addr, d *netwatch.Desired, notes *[]string) {
+// f.
+func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link, peers []netip.Addr, d *netwatch.Desired) {
 	idx := newMainIndex(v, f)
-	local := localAddrs(v, f)
-	var hosts, throws []netwatch.Route
-	seen := make(map[netwatch.RouteKey]bool)
-	repaired := make(map[netwatch.RouteKey]bool)
-	noted := make(map[netwatch.RouteKey]bool)
+	srcs := newSources(v, f)
+	first, n := len(d.Routes), 0
 	for _, a := range peers {
+		if netwatch.FamilyOf(a) == f {
+			n++
+		}
+	}
+	d.Routes = slices.Grow(d.Routes, n)
+	var throws []netwatch.Route
+	seenThrow := make(map[netwatch.RouteKey]bool)
+	repaired := make(map[netwatch.RouteKey]bool)
+	var lastRepaired netwatch.RouteKey
+	for _, a := range uniqueAddrs(peers) {
 		a = a.Unmap()
-		if netwatch.FamilyOf(a) != f || !a.IsValid() || a.Zone() != "" || local[a] {
+		if netwatch.FamilyOf(a) != f || !a.IsValid() || a.Zone() != "" || srcs.local[a] {
 			continue
 		}
 		dst := netip.PrefixFrom(a, a.BitLen())
@@ -124,11 +142,6 @@ func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 		}
 		out, ok := c.peerPath(v, path, tun)
 		if !ok {
-			if notes != nil && (path.NextHops != nil || path.NHID != 0) && !noted[path.Key()] {
-				noted[path.Key()] = true
-				*notes = append(*notes, fmt.Sprintf("%v: peers reached through main route %v keep the interface MTU: it has no single path to copy (multipath or a nexthop object)",
-					f, path.Dst))
-			}
 			continue
 		}
 		h := netwatch.Route{
@@ -138,18 +151,14 @@ func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 			Metric:   hostMetric(f),
 			Gateway:  path.Gateway,
 			Index:    path.Index,
-			PrefSrc:  peerSrc(v, path, a),
+			PrefSrc:  srcs.of(path, a),
 			MTU:      TableMTU(tun, out),
 			Protocol: c.Protocol,
 			Scope:    path.Scope,
 			Type:     netwatch.RouteUnicast,
 			Flags:    path.Flags &^ netwatch.KernelRouteFlags,
 		}
-		if seen[h.Key()] {
-			continue // the same address twice
-		}
-		seen[h.Key()] = true
-		hosts = append(hosts, h)
+		d.Routes = append(d.Routes, h)
 		for _, s := range idx.selective {
 			if !s.Dst.Contains(a) || s.Dst.Bits() < path.Dst.Bits() {
 				continue
@@ -159,22 +168,38 @@ func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 			if f == netwatch.IPv6 {
 				t.Index = loopback(v) // the kernel hangs IPv6 throw routes on lo and says so
 			}
-			if !seen[t.Key()] {
-				seen[t.Key()] = true
+			if !seenThrow[t.Key()] {
+				seenThrow[t.Key()] = true
 				throws = append(throws, t)
 			}
 		}
-		if c.Repair && path.Dst.Bits() != 0 && path.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU && !repaired[path.Key()] {
-			repaired[path.Key()] = true
-			d.Repairs = append(d.Repairs, repair(path))
+		if c.Repair && path.Dst.Bits() != 0 && path.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU {
+			if k := path.Key(); k != lastRepaired && !repaired[k] {
+				repaired[k], lastRepaired = true, k
+				d.Repairs = append(d.Repairs, repair(path))
+			}
 		}
 	}
-	if len(hosts) == 0 {
+	if len(d.Routes) == first {
 		return
 	}
-	d.Routes = append(d.Routes, hosts...)
 	d.Routes = append(d.Routes, throws...)
 	d.Rules = append(d.Rules, c.rule(f))
+}
+
+// uniqueAddrs returns as without duplicates: as itself when it is sorted
+// and has none (the agent's peers are), else a sorted copy.
+func uniqueAddrs(as []netip.Addr) []netip.Addr {
+	sorted := true
+	for i := 1; i < len(as) && sorted; i++ {
+		sorted = as[i-1].Less(as[i])
+	}
+	if sorted {
+		return as
+	}
+	as = slices.Clone(as)
+	slices.SortFunc(as, netip.Addr.Compare)
+	return slices.Compact(as)
 }
 
 // peerPath reports whether the main route r is a path a host route can
@@ -188,23 +213,53 @@ func (c Config) peerPath(v netwatch.View, r netwatch.Route, tun netwatch.Link) (
 	return v.Link(r.Index)
 }
 
-// peerSrc is the source address of the host route to a through path: its
+// sources chooses the source addresses of host routes in one family: the
+// view's addresses sorted out once, and prefSrc's answer once per path.
+type sources struct {
+	v      netwatch.View
+	local  map[netip.Addr]bool        // this host's addresses
+	byLink map[uint32][]netwatch.Addr // the primary global addresses, by link, lowest first
+	memo   map[netwatch.RouteKey]netip.Addr
+}
+
+func newSources(v netwatch.View, f netwatch.Family) *sources {
+	s := &sources{v: v, local: make(map[netip.Addr]bool), byLink: make(map[uint32][]netwatch.Addr), memo: make(map[netwatch.RouteKey]netip.Addr)}
+	for a := range v.Addrs(0) {
+		ip := a.Prefix.Addr().Unmap()
+		if netwatch.FamilyOf(ip) != f {
+			continue
+		}
+		s.local[ip] = true
+		if a.Flags&(ifaSecondary|ifaDADFailed|ifaTentative) == 0 && a.Scope == netwatch.ScopeUniverse && !ip.IsLinkLocalUnicast() {
+			s.byLink[a.Index] = append(s.byLink[a.Index], a)
+		}
+	}
+	return s
+}
+
+// of is the source address of the host route to a through path: its
 // prefsrc, else the output link's primary address whose subnet holds a (a
-// peer on a connected subnet), else what prefSrc finds for a host route.
-func peerSrc(v netwatch.View, path netwatch.Route, a netip.Addr) netip.Addr {
+// peer on a connected subnet), else what prefSrc finds for a host route
+// through path (the address whose subnet holds the gateway, else the
+// link's first global one).
+func (s *sources) of(path netwatch.Route, a netip.Addr) netip.Addr {
 	if path.PrefSrc.IsValid() {
 		return path.PrefSrc
 	}
-	for ad := range v.Addrs(path.Index) {
-		ip := ad.Prefix.Addr().Unmap()
-		if ip.Is4() == a.Is4() && ad.Flags&(ifaSecondary|ifaDADFailed|ifaTentative) == 0 &&
-			ad.Scope == netwatch.ScopeUniverse && !ip.IsLinkLocalUnicast() && ad.Prefix.Masked().Contains(a) {
-			return ip
+	for _, ad := range s.byLink[path.Index] {
+		if ad.Prefix.Masked().Contains(a) {
+			return ad.Prefix.Addr().Unmap()
 		}
 	}
+	k := path.Key()
+	if src, ok := s.memo[k]; ok {
+		return src
+	}
 	host := path
-	host.Dst = netip.PrefixFrom(a, a.BitLen())
-	return prefSrc(v, host)
+	host.Dst = netip.PrefixFrom(a, a.BitLen()) // holds no address of this host
+	src := prefSrc(s.v, host)
+	s.memo[k] = src
+	return src
 }
 
 // mainIndex answers longest-prefix matches on one family of the main table.
@@ -269,15 +324,4 @@ func hostMetric(f netwatch.Family) uint32 {
 		return 1024
 	}
 	return 0
-}
-
-// localAddrs returns this host's addresses of family f.
-func localAddrs(v netwatch.View, f netwatch.Family) map[netip.Addr]bool {
-	local := make(map[netip.Addr]bool)
-	for a := range v.Addrs(0) {
-		if ip := a.Prefix.Addr().Unmap(); netwatch.FamilyOf(ip) == f {
-			local[ip] = true
-		}
-	}
-	return local
 }
