@@ -652,32 +652,8 @@ func TestKernelMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := s.start(t, append(seedArgs, "--metrics-addr=127.0.0.1:9184")...)
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := s.ns.Do(func() (err error) {
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
-	}}
-	get := func(path string) (int, string, error) {
-		resp, err := client.Get("http://127.0.0.1:9184" + path)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), err
-	}
-	eventually(t, 5*time.Second, "/readyz", func() error {
-		code, body, err := get("/readyz")
-		if err == nil && code != 200 {
-			err = fmt.Errorf("%d %s", code, body)
-		}
-		return err
-	})
+	get := nsGetter(s)
+	readyWithin(t, get, 5*time.Second)
 	if code, body, err := get("/healthz"); err != nil || code != 200 {
 		t.Errorf("/healthz: %d %q %v", code, body, err)
 	}
@@ -712,4 +688,40 @@ func TestKernelMetrics(t *testing.T) {
 		t.Logf("/metrics:\n%s", body)
 	}
 	a.stop(t, syscall.SIGTERM)
+}
+
+// nsGetter GETs a path of the agent's metrics listener (127.0.0.1:9184)
+// inside s's node namespace.
+func nsGetter(s *seed) func(path string) (code int, body string, err error) {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := s.ns.Do(func() (err error) {
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+	return func(path string) (int, string, error) {
+		resp, err := client.Get("http://127.0.0.1:9184" + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+}
+
+// readyWithin waits until /readyz answers 200, failing after d.
+func readyWithin(t testing.TB, get func(string) (int, string, error), d time.Duration) {
+	t.Helper()
+	eventually(t, d, "/readyz", func() error {
+		code, body, err := get("/readyz")
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("%d %s", code, body)
+		}
+		return err
+	})
 }

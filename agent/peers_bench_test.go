@@ -109,15 +109,7 @@ func runScale(tb testing.TB, c scaleCase) scaleResult {
 	self := apitest.Node{Name: "node-self", InternalIPs: []string{"10.0.0.5"}, Key: 255}
 	args := append(peerArgs, "--metrics-addr=127.0.0.1:9184")
 	get := nsGetter(s)
-	ready := func() {
-		eventually(tb, 30*time.Second, "/readyz", func() error {
-			code, body, err := get("/readyz")
-			if err == nil && code != 200 {
-				err = fmt.Errorf("%d %s", code, body)
-			}
-			return err
-		})
-	}
+	ready := func() { readyWithin(tb, get, 30*time.Second) }
 	settle := func() { <-time.After(2 * time.Second) } // a measurement interval, not a wait for a condition
 
 	if c.rss {

@@ -3,10 +3,8 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -232,13 +230,7 @@ func TestKernelPeersNothingBeforeList(t *testing.T) {
 	}
 	api.srv.SetDown(false)
 	eventually(t, 10*time.Second, "the split after the first list", func() error { return s.split(t, "10.0.0.9") })
-	eventually(t, 5*time.Second, "/readyz", func() error {
-		code, body, err := get("/readyz")
-		if err == nil && code != http.StatusOK {
-			err = fmt.Errorf("%d %s", code, body)
-		}
-		return err
-	})
+	readyWithin(t, get, 5*time.Second)
 	code, body, err = get("/metrics")
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("/metrics: %d %v", code, err)
@@ -257,30 +249,6 @@ func TestKernelPeersNothingBeforeList(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
-	}
-}
-
-// nsGetter GETs a path of the agent's metrics listener inside s's node
-// namespace.
-func nsGetter(s *seed) func(path string) (int, string, error) {
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := s.ns.Do(func() (err error) {
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
-	}}
-	return func(path string) (int, string, error) {
-		resp, err := client.Get("http://127.0.0.1:9184" + path)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), err
 	}
 }
 

@@ -59,23 +59,12 @@ import (
 // next pass, and a table left by prefix mode is replaced wholesale: the
 // table is owned, so whatever the peers do not want in it goes.
 func DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (d netwatch.Desired, ok bool) {
-	if !cfg.Peers || mode != ModeOn && mode != ModeOff || !v.Synced() || cfg.Validate() != nil {
+	if !cfg.Peers {
 		return netwatch.Desired{}, false
 	}
-	d.Own = cfg.owned()
-	if mode == ModeOff {
-		return d, true
-	}
-	tun, ok := v.LinkByName(cfg.TunnelLink)
-	if !ok || !tun.Up() || tun.MTU == 0 {
-		return d, true
-	}
-	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
-		if tun.MTU >= MinMTU(f) {
-			cfg.peerFamily(v, f, tun, peers, &d)
-		}
-	}
-	return d, true
+	return cfg.desired(v, mode, func(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *netwatch.Desired) {
+		cfg.peerFamily(v, f, tun, peers, d)
+	})
 }
 
 // PeerNotes is Notes for DesiredPeers: the tunnel's notes, and one line per

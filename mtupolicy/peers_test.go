@@ -426,18 +426,7 @@ func TestPeersProperties(t *testing.T) {
 			t.Fatalf("Plan: %v", err)
 		}
 		tun, hasTun := v.LinkByName(w.cfg.TunnelLink)
-		for _, op := range ops {
-			switch {
-			case op.Kind == netwatch.RuleAdd || op.Kind == netwatch.RuleDelete:
-				if op.Rule.Priority != 900 {
-					t.Fatalf("%v %v: outside the owned priority", op.Kind, op.Rule)
-				}
-			case op.Repair:
-				checkRepair(t, v, op, w, tun, hasTun)
-			case op.Route.Table != 900:
-				t.Fatalf("%v %v (table %v): outside the owned table", op.Kind, op.Route, op.Route.Table)
-			}
-		}
+		checkScope(t, v, ops, w, tun, hasTun)
 		checkOrder(t, ops, d)
 		k := kernel{s: clone(w.s)}
 		if err := k.apply(ops); err != nil {
