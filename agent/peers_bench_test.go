@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,6 +43,10 @@ type scaleResult struct {
 	cpuPerChg   time.Duration   // the agent's CPU time over the churn, per change
 	rssPerPeer  float64         // bytes
 	rss0, rss1  uint64          // KiB, with no peers and with every peer
+	rss2        uint64          // KiB, with every peer after the churn and the steady state
+	heap0       float64         // bytes of Go heap in use (go_memstats_heap_inuse_bytes) with no peers,
+	heap1       float64         // with every peer,
+	heap2       float64         // and after the churn and the steady state
 	reqPerHour  float64         // API requests of one node per hour, scaled (see steadyRequests)
 	steadyCount map[apitest.Kind]int
 }
@@ -87,7 +92,10 @@ func BenchmarkKernelPeers5000(b *testing.B) {
 		b.Logf("%d CiliumNodes: all %d peers in table 900 %v after the agent started", c.nodes, c.nodes-1, r.initial.Round(time.Millisecond))
 		b.Logf("%d changes: convergence p50 %v, p99 %v, max %v; %d over 1 s", len(r.converge), p(0.5), p(0.99), r.converge[len(r.converge)-1], late)
 		b.Logf("agent CPU per change %v (utime+stime and schedstat over the churn, divided)", r.cpuPerChg)
-		b.Logf("VmRSS %d KiB with no peers, %d KiB with %d: %.0f bytes per peer", r.rss0, r.rss1, c.nodes-1, r.rssPerPeer)
+		b.Logf("VmRSS %d KiB with no peers, %d KiB with %d: %.0f bytes per peer; %d KiB after the churn and the steady state",
+			r.rss0, r.rss1, c.nodes-1, r.rssPerPeer, r.rss2)
+		b.Logf("Go heap in use %.1f MiB with no peers, %.1f MiB with %d (%.0f bytes per peer, garbage since the last GC included), %.1f MiB after the churn",
+			r.heap0/(1<<20), r.heap1/(1<<20), c.nodes-1, (r.heap1-r.heap0)/float64(c.nodes-1), r.heap2/(1<<20))
 		b.Logf("steady state %v (watches end every %v–%v, bookmarks every %v): requests %v = %.2f per node per hour at --min-request-timeout=%v",
 			c.steady, scaledMinRequestTimeout, 2*scaledMinRequestTimeout, scaledBookmarkInterval, r.steadyCount, r.reqPerHour, realMinRequestTimeout)
 	}
@@ -117,7 +125,7 @@ func runScale(tb testing.TB, c scaleCase) scaleResult {
 		a := s.startBinEnv(tb, agentBinary(tb), api.env, args...)
 		ready()
 		settle()
-		r.rss0 = vmRSS(tb, a.cmd.Process.Pid)
+		r.rss0, r.heap0 = vmRSS(tb, a.cmd.Process.Pid), heapInuse(tb, get)
 		if code, _ := a.stop(tb, syscall.SIGTERM); code != 0 {
 			tb.Fatalf("agent exit %d", code)
 		}
@@ -149,7 +157,7 @@ func runScale(tb testing.TB, c scaleCase) scaleResult {
 	ready()
 	if c.rss {
 		settle()
-		r.rss1 = vmRSS(tb, pid)
+		r.rss1, r.heap1 = vmRSS(tb, pid), heapInuse(tb, get)
 		r.rssPerPeer = float64(int64(r.rss1)-int64(r.rss0)) * 1024 / float64(c.nodes-1)
 	}
 
@@ -213,6 +221,9 @@ func runScale(tb testing.TB, c scaleCase) scaleResult {
 
 	if c.steady > 0 {
 		r.steadyCount, r.reqPerHour = steadyRequests(tb, api.srv, c.steady)
+	}
+	if c.rss {
+		r.rss2, r.heap2 = vmRSS(tb, pid), heapInuse(tb, get)
 	}
 	if got := strings.Count(s.ns.IP(tb, "-4", "route", "show", "table", "900"), "\n"); got != len(addrs) {
 		tb.Errorf("table 900 holds %d routes, want %d (one per encrypting peer)", got, len(addrs))
@@ -317,4 +328,24 @@ func nextRoute(tb testing.TB, events <-chan hostRouteEvent, timeout time.Duratio
 		tb.Fatalf("%s: no route event within %v", what, timeout)
 	}
 	return hostRouteEvent{}
+}
+
+// heapInuse is the agent's go_memstats_heap_inuse_bytes from /metrics.
+func heapInuse(tb testing.TB, get func(string) (int, string, error)) float64 {
+	tb.Helper()
+	_, body, err := get("/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for line := range strings.Lines(body) {
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return f
+		}
+	}
+	tb.Fatal("/metrics has no go_memstats_heap_inuse_bytes")
+	return 0
 }
