@@ -64,7 +64,8 @@ Usage:
   marksplit cleanup [flags]   remove every route and rule the agent owns
   marksplit verify --peer ADDR [flags]
                               ask the kernel for ADDR without and with the mark; exit 0
-                              only when the split is in place
+                              only when the split is in place (with --peers=auto: for a
+                              peer's address; any other address must not be split)
 
 One of --peers=auto, --prefix or --underlay-link is required. --peers=auto
 (from every CiliumNode: exactly the encrypting peers) needs the Kubernetes API
@@ -160,7 +161,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.Var(peersValue{&p.Peers}, "peers", "`auto`: give exactly the encrypting peer nodes (from every CiliumNode) the tunnel MTU, per InternalIP, through the main table's path to each; needs the API (empty: not set)")
 	o.encryption = encAuto
 	fs.Var(enumValue{&o.encryption, []string{encOn, encOff, encAuto}}, "encryption", "`mode`: on, off, or auto (read the node's CiliumNode)")
-	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"), "CiliumNode to read with --encryption=auto (default $NODE_NAME)")
+	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"), "this node's CiliumNode: read with --encryption=auto, not a peer with --peers=auto (default $NODE_NAME)")
 	fs.Var(protocolValue{&p.Protocol}, "protocol", "rtm_protocol / FRA_PROTOCOL `value` (number or iproute2 name) stamped on what the agent installs")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "`address` for Prometheus /metrics, /healthz and /readyz with run; empty disables")
 	o.logFormat = "text"

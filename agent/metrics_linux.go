@@ -37,8 +37,8 @@ type metrics struct {
 	isReadyV bool
 }
 
-// requests returns the API request counters by outcome; nil without a
-// reader of the API.
+// newMetrics returns the agent's metrics; requests returns the API request
+// counters by outcome, and is nil without a reader of the API.
 func newMetrics(w *netwatch.Watcher, cfg mtupolicy.Config, requests func() map[string]uint64, snmp string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
