@@ -228,7 +228,7 @@ const clockTicks = 100
 
 // cpuTime returns utime+stime of pid in clock ticks and the run time of
 // all its threads in nanoseconds.
-func cpuTime(b *testing.B, pid int) (ticks, runNS uint64) {
+func cpuTime(b testing.TB, pid int) (ticks, runNS uint64) {
 	b.Helper()
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -254,7 +254,7 @@ func cpuTime(b *testing.B, pid int) (ticks, runNS uint64) {
 	return utime + stime, runNS
 }
 
-func vmRSS(b *testing.B, pid int) uint64 {
+func vmRSS(b testing.TB, pid int) uint64 {
 	b.Helper()
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

@@ -9,8 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,17 +105,10 @@ func newModeSource(o options, log *slog.Logger) (*modeSource, error) {
 	case encOff:
 		m.static = mtupolicy.ModeOff
 	default:
-		cfg, err := ciliumnode.InClusterConfig(o.nodeName)
+		cfg, err := inClusterConfig(o.nodeName, log)
 		if err != nil {
 			return nil, usageErrorf("--encryption=auto reads the CiliumNode from inside a pod: %v (or use --encryption=on or off)", err)
 		}
-		dir := os.Getenv(serviceAccountDirEnv)
-		if dir == "" {
-			dir = defaultServiceAccountDir
-		}
-		cfg.TokenFile = filepath.Join(dir, "token")
-		cfg.CAFile = filepath.Join(dir, "ca.crt")
-		cfg.Logger = log
 		if m.src, err = ciliumnode.New(cfg); err != nil {
 			return nil, err
 		}
@@ -155,7 +146,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	defer release()
-	modes, err := newModeSource(o, log)
+	srcs, err := newSources(o, log)
 	if err != nil {
 		return err
 	}
@@ -171,8 +162,9 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		}
 	}
 	w := newWatcher(o, log)
-	met := newMetrics(w, o.policy, modes.src, snmpPath)
+	met := newMetrics(w, o.policy, srcs.requests, snmpPath)
 	l := newLoop(w, ap, o.policy, false, log, func(line string) { log.Info(line) }, met)
+	met.addPeers(l, srcs.peers)
 
 	log.Info("marksplit "+version+" running", "tunnel_link", o.policy.TunnelLink,
 		"table", uint32(o.policy.Table), "priority", o.policy.Priority, "encryption", o.encryption)
@@ -186,7 +178,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		defer watching.Store(false)
 		w.Run(ctx)
 	})
-	g.Go(func() { modes.run(ctx, l.setMode) })
+	srcs.start(ctx, &g, l)
 	if ln != nil {
 		healthy := func() error {
 			switch {
@@ -198,7 +190,10 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 			return nil
 		}
 		ready := func() error {
-			if !l.r.Converged() {
+			switch {
+			case srcs.peers != nil && !l.peersKnown():
+				return errors.New("no list of the CiliumNodes yet: nothing is edited before the first (see the log)")
+			case !l.r.Converged():
 				return errors.New("no converged pass yet (encryption mode unknown, or the last pass failed or waits for a rate-limited repair; see the log)")
 			}
 			return nil
@@ -226,36 +221,23 @@ type oneShot struct {
 func startOneShot(ctx context.Context, o options, ap *netwatch.Applier, emit func(string), log *slog.Logger) (*oneShot, error) {
 	s := &oneShot{w: newWatcher(o, log)}
 	s.l = newLoop(s.w, ap, o.policy, o.cmd == cmdCleanup, log, emit, nil)
-	var modes *modeSource
-	if o.usesMode() {
-		var err error
-		if modes, err = newModeSource(o, log); err != nil {
-			return nil, err
-		}
+	srcs, err := newSources(o, log)
+	if err != nil {
+		return nil, err
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.g.Go(func() { s.w.Run(ctx) })
-	known := make(chan struct{})
-	if modes != nil {
-		var once sync.Once
-		s.g.Go(func() {
-			modes.run(ctx, func(m mtupolicy.Mode) {
-				s.l.setMode(m)
-				once.Do(func() { close(known) })
-			})
-		})
-	} else {
-		close(known)
-	}
-	if err := s.waitReady(ctx, known, readyTimeout); err != nil {
+	known := srcs.start(ctx, &s.g, s.l)
+	if err := s.waitReady(ctx, known, srcs.waiting(), readyTimeout); err != nil {
 		s.stop()
 		return nil, err
 	}
 	return s, nil
 }
 
-// waitReady waits until the watcher is synced and the mode known.
-func (s *oneShot) waitReady(ctx context.Context, known <-chan struct{}, timeout time.Duration) error {
+// waitReady waits until the watcher is synced and the inputs known; what
+// says what is missing when they are not.
+func (s *oneShot) waitReady(ctx context.Context, known <-chan struct{}, what string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := s.w.WaitSynced(ctx); err != nil {
@@ -265,7 +247,7 @@ func (s *oneShot) waitReady(ctx context.Context, known <-chan struct{}, timeout 
 	case <-known:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("no encryption mode within %s (the CiliumNode was not read; see the log)", timeout)
+		return fmt.Errorf("%s within %s (see the log)", what, timeout)
 	}
 }
 
@@ -386,6 +368,9 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 	})
 	fmt.Fprintf(stdout, "unmarked:  %s\n", lines[0])
 	fmt.Fprintf(stdout, "mark %v: %s\n", o.policy.Mark, lines[1])
+	if ps := s.l.peers.Load(); o.policy.Peers && ps != nil && !ps.has(o.peer) {
+		return verifyNotPeer(stdout, o, unmarked)
+	}
 	var problems []string
 	switch {
 	case !hasTun:

@@ -64,9 +64,12 @@ Usage:
   marksplit cleanup [flags]   remove every route and rule the agent owns
   marksplit verify --peer ADDR [flags]
                               ask the kernel for ADDR without and with the mark; exit 0
-                              only when the split is in place
+                              only when the split is in place (with --peers=auto: for a
+                              peer's address; any other address must not be split)
 
-At least one of --prefix or --underlay-link is required.
+One of --peers=auto, --prefix or --underlay-link is required. --peers=auto
+(from every CiliumNode: exactly the encrypting peers) needs the Kubernetes API
+and goes alone; --prefix and --underlay-link (which may be combined) do not.
 
 Flags:
 `
@@ -110,14 +113,20 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 	if o.version {
 		return o, nil
 	}
-	if len(o.policy.Prefixes) == 0 && o.policy.UnderlayLink == "" {
-		return o, usageErrorf("at least one of --prefix or --underlay-link is required")
+	switch {
+	case !o.policy.Peers && len(o.policy.Prefixes) == 0 && o.policy.UnderlayLink == "":
+		return o, usageErrorf("one of --peers=auto, --prefix or --underlay-link is required")
+	case o.policy.Peers && (len(o.policy.Prefixes) > 0 || o.policy.UnderlayLink != ""):
+		return o, usageErrorf("--peers=auto chooses what to split by itself: give it without --prefix and --underlay-link")
 	}
 	if err := o.policy.Validate(); err != nil {
 		return o, usageErrorf("%s", strings.TrimPrefix(err.Error(), "mtupolicy: "))
 	}
 	if o.cmd == cmdVerify && !o.peer.IsValid() {
 		return o, usageErrorf("verify needs --peer ADDR (an address on the split network, e.g. --peer 10.0.0.9)")
+	}
+	if o.readsPeers() && o.nodeName == "" {
+		return o, usageErrorf("--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers")
 	}
 	if o.usesMode() && o.encryption == encAuto && o.nodeName == "" {
 		return o, usageErrorf("--encryption=auto needs --node-name or $NODE_NAME (or use --encryption=on or off)")
@@ -149,9 +158,10 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.Var(uint32Value{&p.Priority}, "priority", "rule `priority` owned by the agent (not 0, 32766, 32767)")
 	fs.Var(prefixesValue{&p.Prefixes}, "prefix", "`CIDR` (repeatable): split main-table routes equal to or inside it")
 	fs.StringVar(&p.UnderlayLink, "underlay-link", "", "split main-table routes out of this `link` (never the default route)")
+	fs.Var(peersValue{&p.Peers}, "peers", "`auto`: give exactly the encrypting peer nodes (from every CiliumNode) the tunnel MTU, per InternalIP, through the main table's path to each; needs the API (empty: not set)")
 	o.encryption = encAuto
 	fs.Var(enumValue{&o.encryption, []string{encOn, encOff, encAuto}}, "encryption", "`mode`: on, off, or auto (read the node's CiliumNode)")
-	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"), "CiliumNode to read with --encryption=auto (default $NODE_NAME)")
+	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"), "this node's CiliumNode: read with --encryption=auto, not a peer with --peers=auto (default $NODE_NAME)")
 	fs.Var(protocolValue{&p.Protocol}, "protocol", "rtm_protocol / FRA_PROTOCOL `value` (number or iproute2 name) stamped on what the agent installs")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "`address` for Prometheus /metrics, /healthz and /readyz with run; empty disables")
 	o.logFormat = "text"

@@ -19,6 +19,8 @@ func TestParseArgs(t *testing.T) {
 	def := mtupolicy.DefaultConfig()
 	withPrefix := def
 	withPrefix.Prefixes = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}
+	withPeers := def
+	withPeers.Peers = true
 	tests := []struct {
 		name string
 		args []string
@@ -59,6 +61,23 @@ func TestParseArgs(t *testing.T) {
 				logFormat: "text", peer: netip.MustParseAddr("10.0.0.9")},
 		},
 		{
+			name: "peers",
+			args: []string{"--peers=auto"},
+			env:  map[string]string{"NODE_NAME": "worker-1"},
+			want: options{cmd: cmdRun, policy: withPeers, encryption: encAuto, nodeName: "worker-1",
+				metricsAddr: "127.0.0.1:9184", logFormat: "text"},
+		},
+		{
+			name: "peers with the mode off read no API, so need no node name",
+			args: []string{"once", "--peers=auto", "--encryption=off"},
+			want: options{cmd: cmdOnce, policy: withPeers, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text"},
+		},
+		{
+			name: "cleanup with peers needs no node name",
+			args: []string{"cleanup", "--peers", "auto"},
+			want: options{cmd: cmdCleanup, policy: withPeers, encryption: encAuto, metricsAddr: defaultMetricsAddr, logFormat: "text"},
+		},
+		{
 			name: "cleanup",
 			args: []string{"cleanup", "--prefix=10.0.0.0/16"},
 			want: options{cmd: cmdCleanup, policy: withPrefix, encryption: encAuto, metricsAddr: defaultMetricsAddr, logFormat: "text"},
@@ -86,8 +105,14 @@ func TestBadFlagsExit2(t *testing.T) {
 		args []string
 		want string // in the one line
 	}{
-		{nil, "at least one of --prefix or --underlay-link is required"},
-		{[]string{"once"}, "at least one of --prefix or --underlay-link is required"},
+		{nil, "one of --peers=auto, --prefix or --underlay-link is required"},
+		{[]string{"once"}, "one of --peers=auto, --prefix or --underlay-link is required"},
+		{[]string{"--peers="}, "one of --peers=auto, --prefix or --underlay-link is required"},
+		{[]string{"--peers=yes"}, `invalid value "yes" for flag -peers: want auto`},
+		{[]string{"--peers=auto", "--prefix=10.0.0.0/16", "--node-name=n1"}, "--peers=auto chooses what to split by itself: give it without --prefix and --underlay-link"},
+		{[]string{"once", "--peers=auto", "--underlay-link=enp7s0", "--encryption=on"}, "give it without --prefix and --underlay-link"},
+		{[]string{"--peers=auto", "--encryption=on"}, "--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers"},
+		{[]string{"verify", "--peers=auto", "--peer=10.0.0.9"}, "--peers=auto needs --node-name or $NODE_NAME"},
 		{[]string{"--prefix=10.0.0.0/16", "--table=0", "--encryption=on"}, "table 0 is reserved"},
 		{[]string{"--prefix=10.0.0.0/16", "--table=253", "--encryption=on"}, "table 253 is reserved"},
 		{[]string{"--prefix=10.0.0.0/16", "--table=254", "--encryption=on"}, "table 254 is reserved"},

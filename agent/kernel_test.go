@@ -114,7 +114,13 @@ func (s *seed) routeGet(t testing.TB, args ...string) string {
 // without the mark; the MTU is the output link's when the route has none.
 func (s *seed) path(t testing.TB, marked bool) (table string, mtu int) {
 	t.Helper()
-	args := []string{"10.0.0.9"}
+	return s.pathTo(t, "10.0.0.9", marked)
+}
+
+// pathTo is path for the address dst.
+func (s *seed) pathTo(t testing.TB, dst string, marked bool) (table string, mtu int) {
+	t.Helper()
+	args := []string{dst}
 	if marked {
 		args = append(args, "mark", "0xe00")
 	}
@@ -199,7 +205,14 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() error) {
 // command runs the agent to completion in the node namespace.
 func (s *seed) command(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return s.commandEnv(t, nil, args...)
+}
+
+// commandEnv is command with the environment env (nil: the test's).
+func (s *seed) commandEnv(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command("nsenter", append([]string{"--net=" + s.ns.Path(), agentBinary(t)}, args...)...)
+	cmd.Env = env
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
@@ -231,8 +244,15 @@ func (s *seed) start(t testing.TB, args ...string) *agentProc {
 // startBin is start with the agent binary bin.
 func (s *seed) startBin(t testing.TB, bin string, args ...string) *agentProc {
 	t.Helper()
+	return s.startBinEnv(t, bin, nil, args...)
+}
+
+// startBinEnv is startBin with the environment env (nil: the test's).
+func (s *seed) startBinEnv(t testing.TB, bin string, env []string, args ...string) *agentProc {
+	t.Helper()
 	args = append(append([]string{"--net=" + s.ns.Path(), bin, "run"}, args...), "--log-format=json")
 	a := &agentProc{cmd: exec.Command("nsenter", args...), out: new(nltest.SyncBuffer), done: make(chan struct{})}
+	a.cmd.Env = env
 	a.cmd.Stdout, a.cmd.Stderr = a.out, a.out
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -632,32 +652,8 @@ func TestKernelMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := s.start(t, append(seedArgs, "--metrics-addr=127.0.0.1:9184")...)
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := s.ns.Do(func() (err error) {
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
-	}}
-	get := func(path string) (int, string, error) {
-		resp, err := client.Get("http://127.0.0.1:9184" + path)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), err
-	}
-	eventually(t, 5*time.Second, "/readyz", func() error {
-		code, body, err := get("/readyz")
-		if err == nil && code != 200 {
-			err = fmt.Errorf("%d %s", code, body)
-		}
-		return err
-	})
+	get := nsGetter(s)
+	readyWithin(t, get, 5*time.Second)
 	if code, body, err := get("/healthz"); err != nil || code != 200 {
 		t.Errorf("/healthz: %d %q %v", code, body, err)
 	}
@@ -692,4 +688,40 @@ func TestKernelMetrics(t *testing.T) {
 		t.Logf("/metrics:\n%s", body)
 	}
 	a.stop(t, syscall.SIGTERM)
+}
+
+// nsGetter GETs a path of the agent's metrics listener (127.0.0.1:9184)
+// inside s's node namespace.
+func nsGetter(s *seed) func(path string) (code int, body string, err error) {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := s.ns.Do(func() (err error) {
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+	return func(path string) (int, string, error) {
+		resp, err := client.Get("http://127.0.0.1:9184" + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+}
+
+// readyWithin waits until /readyz answers 200, failing after d.
+func readyWithin(t testing.TB, get func(string) (int, string, error), d time.Duration) {
+	t.Helper()
+	eventually(t, d, "/readyz", func() error {
+		code, body, err := get("/readyz")
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("%d %s", code, body)
+		}
+		return err
+	})
 }

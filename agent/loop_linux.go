@@ -21,7 +21,10 @@ type loop struct {
 	r    *netwatch.Reconciler
 	cfg  mtupolicy.Config
 	mode atomic.Int32 // mtupolicy.Mode
-	met  *metrics
+	// peers is the peer set with --peers=auto; nil until the first list
+	// of the CiliumNodes (peers_linux.go).
+	peers atomic.Pointer[peerSet]
+	met   *metrics
 	// emit receives each change's line: the log in run, stdout in once.
 	emit func(line string)
 	// onPass, when set, is told of every pass (for tests).
@@ -75,6 +78,9 @@ func (l *loop) setMode(m mtupolicy.Mode) {
 // Read.
 func (l *loop) policy(v netwatch.View) (netwatch.Desired, bool) {
 	mode := l.Mode()
+	if l.cfg.Peers {
+		return l.peerPolicy(v, mode)
+	}
 	l.notes = mtupolicy.Notes(v, l.cfg, mode)
 	return mtupolicy.Desired(v, l.cfg, mode)
 }

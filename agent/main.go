@@ -15,8 +15,20 @@
 //	                            ask the kernel for ADDR without and with the mark
 //
 // Every subcommand takes the policy flags (--tunnel-link, --mark, --table,
-// --priority, --prefix, --underlay-link, --protocol); `marksplit -h` lists
-// them all. A bad command line exits 2 with one line.
+// --priority, --peers, --prefix, --underlay-link, --protocol); `marksplit -h`
+// lists them all. A bad command line exits 2 with one line.
+//
+// # What is split
+//
+// --peers=auto list-watches every CiliumNode and gives each InternalIP of
+// every other node that encrypts a host route in the table, through the
+// path the main table uses for it (see mtupolicy.DesiredPeers); it needs
+// the API (the pod's service account, as --encryption=auto) and excludes
+// --prefix and --underlay-link. Before the first complete list nothing is
+// edited; when the API goes away the last peer set stands. With
+// --encryption=auto the node's own mode comes from the same list, so one
+// watch serves both. --prefix and --underlay-link split main-table routes
+// instead, without the API.
 //
 // # The loop
 //

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/marksplit/marksplit/internal/ciliumnode"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,7 +37,9 @@ type metrics struct {
 	isReadyV bool
 }
 
-func newMetrics(w *netwatch.Watcher, cfg mtupolicy.Config, src *ciliumnode.Source, snmp string) *metrics {
+// newMetrics returns the agent's metrics; requests returns the API request
+// counters by outcome, and is nil without a reader of the API.
+func newMetrics(w *netwatch.Watcher, cfg mtupolicy.Config, requests func() map[string]uint64, snmp string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -85,7 +86,7 @@ func newMetrics(w *netwatch.Watcher, cfg mtupolicy.Config, src *ciliumnode.Sourc
 	}
 	m.setMode(mtupolicy.ModeUnknown)
 	m.reg.MustRegister(m.passes, m.changes, m.failed, m.fights, m.fighting, m.mode, m.ready, m.lastGood,
-		&scrapeCollector{w: w, cfg: cfg, src: src, snmp: snmp, m: m},
+		&scrapeCollector{w: w, cfg: cfg, requests: requests, snmp: snmp, m: m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -207,11 +208,11 @@ func (m *metrics) lastPass(t time.Time) {
 
 // scrapeCollector reads counters kept elsewhere when Prometheus scrapes.
 type scrapeCollector struct {
-	w    *netwatch.Watcher
-	cfg  mtupolicy.Config
-	src  *ciliumnode.Source // nil unless --encryption=auto
-	snmp string
-	m    *metrics
+	w        *netwatch.Watcher
+	cfg      mtupolicy.Config
+	requests func() map[string]uint64 // nil without a reader of the API
+	snmp     string
+	m        *metrics
 }
 
 var (
@@ -232,7 +233,7 @@ var (
 	descFragCreates = prometheus.NewDesc("marksplit_host_ip_frag_creates_total",
 		"The host's IPv4 fragments created (Ip: FragCreates in /proc/net/snmp of the agent's network namespace).", nil, nil)
 	descRequests = prometheus.NewDesc("marksplit_ciliumnode_requests_total",
-		"Requests to the Kubernetes API for the node's CiliumNode, by outcome.", []string{"outcome"}, nil)
+		"Requests to the Kubernetes API for CiliumNodes (the node's own, or with --peers=auto every node's), by outcome.", []string{"outcome"}, nil)
 	descTunnel = prometheus.NewDesc("marksplit_tunnel_link_present",
 		"1 when the tunnel link (--tunnel-link) exists, else 0.", nil, nil)
 	descTableRoutes = prometheus.NewDesc("marksplit_table_routes",
@@ -281,8 +282,8 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descTableRoutes, prometheus.GaugeValue, float64(routes[1]), "6")
 	split := tunnel && routes[0]+routes[1] > 0 && c.m.modeIs(mtupolicy.ModeOn) && c.m.isReady()
 	ch <- prometheus.MustNewConstMetric(descSplit, prometheus.GaugeValue, bool01(split))
-	if c.src != nil {
-		for outcome, n := range c.src.Stats().Requests() {
+	if c.requests != nil {
+		for outcome, n := range c.requests() {
 			ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(n), outcome)
 		}
 	}

@@ -339,7 +339,7 @@ func loadDaemonSet(t *testing.T) *appsv1.DaemonSet {
 // is not here is a typo the agent would refuse with exit 2.
 var agentFlags = map[string]bool{
 	"tunnel-link": true, "mark": true, "table": true, "priority": true,
-	"prefix": true, "underlay-link": true, "encryption": true, "node-name": true,
+	"peers": true, "prefix": true, "underlay-link": true, "encryption": true, "node-name": true,
 	"protocol": true, "metrics-addr": true, "log-format": true,
 }
 
@@ -503,7 +503,7 @@ func TestDaemonSet(t *testing.T) {
 			"mark":         {"0xe00/0xf00"},
 			"table":        {"900"},
 			"priority":     {"900"},
-			"prefix":       {"10.0.0.0/16"},
+			"peers":        {"auto"},
 			"encryption":   {"$(MARKSPLIT_ENCRYPTION)"},
 			"metrics-addr": {"127.0.0.1:9184"},
 			"log-format":   {"text"},

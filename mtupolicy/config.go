@@ -45,6 +45,10 @@ type Config struct {
 	Prefixes []netip.Prefix
 	// UnderlayLink selects the main-table routes out of this link.
 	UnderlayLink string
+	// Peers selects host routes to the encrypting peers' addresses, which
+	// the caller passes to DesiredPeers, instead of main-table routes:
+	// neither Prefixes nor UnderlayLink may be set with it (peers.go).
+	Peers bool
 	// Repair takes the explicit MTU off a selected main-table route whose
 	// MTU equals the tunnel MTU (lowered by the old approach), so that it
 	// follows its link's MTU again.
@@ -53,7 +57,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults: cilium_wg0, 0xe00/0xf00, table 900,
 // priority 900, DefaultProtocol, repair on. It selects nothing: add
-// Prefixes or an UnderlayLink.
+// Prefixes or an UnderlayLink, or set Peers.
 func DefaultConfig() Config {
 	return Config{
 		TunnelLink: "cilium_wg0",
@@ -114,8 +118,11 @@ func (c Config) validate() error {
 	if c.Protocol < netwatch.ProtoStatic && c.Protocol != netwatch.ProtoKernel {
 		return fmt.Errorf("protocol %d means something to the kernel (0 unspec, 1 redirect, 3 boot); use 2 (kernel) or 4–255", c.Protocol)
 	}
-	if len(c.Prefixes) == 0 && c.UnderlayLink == "" {
-		return errors.New("nothing selected: give at least one prefix or an underlay link")
+	switch {
+	case c.Peers && (len(c.Prefixes) > 0 || c.UnderlayLink != ""):
+		return errors.New("peers select the table's routes themselves: no prefixes or underlay link with them")
+	case !c.Peers && len(c.Prefixes) == 0 && c.UnderlayLink == "":
+		return errors.New("nothing selected: give at least one prefix or an underlay link, or the peers")
 	}
 	for _, p := range c.Prefixes {
 		switch {

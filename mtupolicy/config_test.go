@@ -34,6 +34,9 @@ func TestValidate(t *testing.T) {
 		{name: "IPv6 prefix", change: func(c *mtupolicy.Config) { c.Prefixes = []netip.Prefix{pfx("2001:db8::/32")} }},
 		{name: "mask equal to the mark", change: func(c *mtupolicy.Config) { c.Mark, c.Mask = 0xe00, 0xe00 }},
 		{name: "full mask", change: func(c *mtupolicy.Config) { c.Mask = 0xffffffff }},
+		{name: "peers", change: func(c *mtupolicy.Config) { c.Prefixes, c.Peers = nil, true }},
+		{name: "peers and prefixes", change: func(c *mtupolicy.Config) { c.Peers = true }, want: "mtupolicy: peers select the table's routes themselves"},
+		{name: "peers and an underlay link", change: func(c *mtupolicy.Config) { c.Prefixes, c.UnderlayLink, c.Peers = nil, "enp7s0", true }, want: "no prefixes or underlay link with them"},
 		{name: "table above 255", change: func(c *mtupolicy.Config) { c.Table = 100000 }},
 		{name: "protocol static", change: func(c *mtupolicy.Config) { c.Protocol = netwatch.ProtoStatic }},
 
@@ -74,8 +77,9 @@ func TestValidate(t *testing.T) {
 			case err != nil && strings.Contains(err.Error(), "\n"):
 				t.Errorf("Validate() = %q: want one line", err)
 			}
-			// An invalid config never yields anything to plan.
-			if _, ok := mtupolicy.Desired(node().View(), c, mtupolicy.ModeOn); ok != (err == nil) {
+			// An invalid config never yields anything to plan (nor does
+			// Desired for peers: DesiredPeers is their policy).
+			if _, ok := mtupolicy.Desired(node().View(), c, mtupolicy.ModeOn); ok != (err == nil && !c.Peers) {
 				t.Errorf("Desired ok = %v with Validate() = %v", ok, err)
 			}
 		})

@@ -14,6 +14,16 @@
 // table (interface MTU). Routes lowered to the tunnel MTU by the older
 // approach of editing the main route are put back (a repair).
 //
+// # Peers
+//
+// With Config.Peers the table holds host routes instead of copies: one per
+// address of each encrypting peer node, through the path the main table
+// uses for it (longest-prefix match, the default route included), at the
+// tunnel MTU. The caller learns the peers (from every CiliumNode) and
+// passes them to DesiredPeers; Desired then answers only Off. Only
+// encrypting peers get the tunnel MTU: other hosts on the node network,
+// opted-out nodes and the node itself keep the main table.
+//
 // # Ownership
 //
 // The policy owns its table and its rule priority in both families: Plan

@@ -84,21 +84,34 @@ func (m Mode) String() string {
 // different MTUs and addresses, so no single table route mirrors them. They
 // keep working at the interface MTU through the main table, and, when a
 // table route covers them, a throw route sends their packets there.
+//
+// With cfg.Peers, Desired knows no peers: only ModeOff (the owned scope, to
+// empty it, as cleanup does) is ok; DesiredPeers is the policy then.
 func Desired(v netwatch.View, cfg Config, mode Mode) (d netwatch.Desired, ok bool) {
-	if mode != ModeOn && mode != ModeOff || !v.Synced() || cfg.Validate() != nil {
+	if cfg.Peers && mode != ModeOff {
 		return netwatch.Desired{}, false
 	}
-	d.Own = cfg.owned()
+	return cfg.desired(v, mode, cfg.family)
+}
+
+// desired is what Desired and DesiredPeers share: nothing unless the mode
+// is known, v synced and c valid; the owned scope; and, on, split for each
+// family the tunnel link is up and large enough for.
+func (c Config) desired(v netwatch.View, mode Mode, split func(netwatch.View, netwatch.Family, netwatch.Link, *netwatch.Desired)) (d netwatch.Desired, ok bool) {
+	if mode != ModeOn && mode != ModeOff || !v.Synced() || c.Validate() != nil {
+		return netwatch.Desired{}, false
+	}
+	d.Own = c.owned()
 	if mode == ModeOff {
 		return d, true
 	}
-	tun, ok := v.LinkByName(cfg.TunnelLink)
+	tun, ok := v.LinkByName(c.TunnelLink)
 	if !ok || !tun.Up() || tun.MTU == 0 {
 		return d, true
 	}
 	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
 		if tun.MTU >= MinMTU(f) {
-			cfg.family(v, f, tun, &d)
+			split(v, f, tun, &d)
 		}
 	}
 	return d, true

@@ -253,20 +253,7 @@ func TestCase14And15Properties(t *testing.T) {
 		tun, hasTun := v.LinkByName(w.cfg.TunnelLink)
 
 		// Case 14: the scope of every operation.
-		for _, op := range ops {
-			switch {
-			case op.Kind == netwatch.RuleAdd || op.Kind == netwatch.RuleDelete:
-				if op.Rule.Priority != 900 {
-					t.Fatalf("%v %v: outside the owned priority", op.Kind, op.Rule)
-				}
-			case op.Repair:
-				checkRepair(t, v, op, w, tun, hasTun)
-			default:
-				if op.Route.Table != 900 {
-					t.Fatalf("%v %v (table %v): outside the owned table", op.Kind, op.Route, op.Route.Table)
-				}
-			}
-		}
+		checkScope(t, v, ops, w, tun, hasTun)
 
 		// Case 15: make before break.
 		checkOrder(t, ops, d)
@@ -341,6 +328,23 @@ func TestCase14And15Properties(t *testing.T) {
 			t.Fatalf("Plan is not deterministic")
 		}
 	})
+}
+
+// checkScope checks that every operation is inside the owned table and
+// priority, or a repair.
+func checkScope(t *rapid.T, v netwatch.View, ops []netwatch.Op, w world, tun netwatch.Link, hasTun bool) {
+	for _, op := range ops {
+		switch {
+		case op.Kind == netwatch.RuleAdd || op.Kind == netwatch.RuleDelete:
+			if op.Rule.Priority != 900 {
+				t.Fatalf("%v %v: outside the owned priority", op.Kind, op.Rule)
+			}
+		case op.Repair:
+			checkRepair(t, v, op, w, tun, hasTun)
+		case op.Route.Table != 900:
+			t.Fatalf("%v %v (table %v): outside the owned table", op.Kind, op.Route, op.Route.Table)
+		}
+	}
 }
 
 // checkRepair checks that a repair takes the explicit MTU off a selected

@@ -1,0 +1,221 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/marksplit/marksplit/internal/ciliumnode"
+	"github.com/marksplit/marksplit/mtupolicy"
+	"github.com/marksplit/marksplit/netwatch"
+)
+
+// peerSet is what the loop knows of the peers: an immutable summary of a
+// ciliumnode.Peers snapshot.
+type peerSet struct {
+	nodes      int          // CiliumNodes, this node included
+	encrypting int          // other nodes that encrypt
+	addrs      []netip.Addr // their InternalIPs, sorted: DesiredPeers' input
+}
+
+func newPeerSet(ps ciliumnode.Peers, self string) *peerSet {
+	s := &peerSet{nodes: ps.Len(), encrypting: ps.EncryptingCount(), addrs: ps.Encrypting(self)}
+	if p, ok := ps.Get(self); ok && p.Encrypting {
+		s.encrypting--
+	}
+	return s
+}
+
+// has reports whether a is an encrypting peer's address.
+func (s *peerSet) has(a netip.Addr) bool {
+	_, ok := slices.BinarySearchFunc(s.addrs, a, netip.Addr.Compare)
+	return ok
+}
+
+// setPeers records a new peer set and, when its addresses changed, asks
+// for a pass. The first set is logged.
+func (l *loop) setPeers(next *peerSet) {
+	prev := l.peers.Swap(next)
+	if prev == nil {
+		l.log.Info("CiliumNodes listed", "nodes", next.nodes, "encrypting_peers", next.encrypting, "peer_addresses", len(next.addrs))
+	}
+	if prev == nil || !slices.Equal(prev.addrs, next.addrs) {
+		l.r.Trigger()
+	}
+}
+
+// peersKnown reports whether a list of the CiliumNodes has been read.
+func (l *loop) peersKnown() bool { return l.peers.Load() != nil }
+
+// peerPolicy is the policy with --peers=auto: nothing before the first
+// list of the CiliumNodes, unless the mode is off, which needs no peers.
+func (l *loop) peerPolicy(v netwatch.View, mode mtupolicy.Mode) (netwatch.Desired, bool) {
+	ps := l.peers.Load()
+	if mode == mtupolicy.ModeOff || ps == nil {
+		l.notes = nil
+		if mode != mtupolicy.ModeOff {
+			return netwatch.Desired{}, false
+		}
+		return mtupolicy.DesiredPeers(v, l.cfg, mode, nil)
+	}
+	l.notes = mtupolicy.PeerNotes(v, l.cfg, mode, ps.addrs)
+	return mtupolicy.DesiredPeers(v, l.cfg, mode, ps.addrs)
+}
+
+// inClusterConfig is the ciliumnode.Config of the pod's service account:
+// the API server from $KUBERNETES_SERVICE_HOST and _PORT, the token and CA
+// from $MARKSPLIT_SERVICEACCOUNT_DIR or the kubelet's mount.
+func inClusterConfig(node string, log *slog.Logger) (ciliumnode.Config, error) {
+	cfg, err := ciliumnode.InClusterConfig(node)
+	if err != nil {
+		return cfg, err
+	}
+	dir := os.Getenv(serviceAccountDirEnv)
+	if dir == "" {
+		dir = defaultServiceAccountDir
+	}
+	cfg.TokenFile = filepath.Join(dir, "token")
+	cfg.CAFile = filepath.Join(dir, "ca.crt")
+	cfg.Logger = log
+	return cfg, nil
+}
+
+// peerSource list-watches every CiliumNode for the loop: the peer set, and
+// with --encryption=auto the node's own mode from its entry, so that one
+// watch serves both.
+type peerSource struct {
+	src        *ciliumnode.PeerSource
+	self       string
+	deriveMode bool
+	log        *slog.Logger
+}
+
+func newPeerSource(o options, log *slog.Logger) (*peerSource, error) {
+	cfg, err := inClusterConfig(o.nodeName, log)
+	if err != nil {
+		return nil, usageErrorf("--peers=auto reads every CiliumNode from inside a pod: %v (or use --prefix or --underlay-link)", err)
+	}
+	src, err := ciliumnode.NewPeers(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &peerSource{src: src, self: o.nodeName, deriveMode: o.usesMode() && o.encryption == encAuto, log: log}, nil
+}
+
+// run feeds l until ctx ends, calling reported after each report.
+func (p *peerSource) run(ctx context.Context, l *loop, reported func()) {
+	missing := false // this node's CiliumNode is not in the list; said once
+	p.src.Run(ctx, func(ps ciliumnode.Peers) {
+		l.setPeers(newPeerSet(ps, p.self))
+		if p.deriveMode {
+			self, ok := ps.Get(p.self)
+			switch {
+			case !ok && !missing:
+				p.log.Warn("ciliumnode: CiliumNode " + p.self + " is not among the CiliumNodes: Cilium has not registered the node yet (or --node-name is wrong); the encryption mode stands as it was")
+			case ok && self.Encrypting:
+				l.setMode(mtupolicy.ModeOn)
+			case ok:
+				l.setMode(mtupolicy.ModeOff)
+			}
+			missing = !ok
+		}
+		reported()
+	})
+}
+
+// sources are the agent's inputs from outside the kernel: the encryption
+// mode and, with --peers=auto, the peer set. Either may be nil.
+type sources struct {
+	mode  *modeSource // nil when the command needs no mode, or the peer list gives it
+	peers *peerSource // nil unless o.readsPeers()
+}
+
+func newSources(o options, log *slog.Logger) (*sources, error) {
+	s := &sources{}
+	if o.readsPeers() {
+		var err error
+		if s.peers, err = newPeerSource(o, log); err != nil {
+			return nil, err
+		}
+	}
+	if o.usesMode() && (s.peers == nil || !s.peers.deriveMode) {
+		var err error
+		if s.mode, err = newModeSource(o, log); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// start runs the sources in g, feeding l, until ctx ends. The channel is
+// closed once every input the command needs is known: the mode (from its
+// source or the peer list) and, with peers, the first list.
+func (s *sources) start(ctx context.Context, g *group, l *loop) <-chan struct{} {
+	known := make(chan struct{})
+	var once sync.Once
+	needMode := s.mode != nil || s.peers != nil && s.peers.deriveMode
+	check := func() {
+		if needMode && l.Mode() == mtupolicy.ModeUnknown || s.peers != nil && !l.peersKnown() {
+			return
+		}
+		once.Do(func() { close(known) })
+	}
+	check()
+	if s.mode != nil {
+		g.Go(func() {
+			s.mode.run(ctx, func(m mtupolicy.Mode) {
+				l.setMode(m)
+				check()
+			})
+		})
+	}
+	if s.peers != nil {
+		g.Go(func() { s.peers.run(ctx, l, check) })
+	}
+	return known
+}
+
+// waiting says what start's channel waits for, for an error message.
+func (s *sources) waiting() string {
+	switch {
+	case s.peers != nil && s.peers.deriveMode:
+		return "no list of the CiliumNodes with this node in it"
+	case s.peers != nil && s.mode != nil:
+		return "no encryption mode or no list of the CiliumNodes"
+	case s.peers != nil:
+		return "no list of the CiliumNodes"
+	}
+	return "no encryption mode (the CiliumNode was not read)"
+}
+
+// requests returns the API request counters by outcome, or nil without a
+// reader of the API.
+func (s *sources) requests() map[string]uint64 {
+	switch {
+	case s.peers != nil:
+		return s.peers.src.Stats().Requests()
+	case s.mode != nil && s.mode.src != nil:
+		return s.mode.src.Stats().Requests()
+	}
+	return nil
+}
+
+// verifyNotPeer judges verify's answer for an address that is no
+// encrypting peer's with --peers=auto: it must not be split.
+func verifyNotPeer(stdout io.Writer, o options, unmarked netwatch.Route) error {
+	if unmarked.Table == o.policy.Table {
+		fmt.Fprintf(stdout, "FAIL: %v is no encrypting peer's address, yet unmarked traffic to it uses table %v\n", o.peer, o.policy.Table)
+		return errVerify
+	}
+	fmt.Fprintf(stdout, "ok: %v is no encrypting peer's address (an opted-out node's, this node's, or no node's): unmarked traffic to it does not use table %v\n",
+		o.peer, o.policy.Table)
+	return nil
+}

@@ -1,0 +1,316 @@
+package mtupolicy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/marksplit/marksplit/netwatch"
+)
+
+// DesiredPeers is the policy for cfg.Peers: it returns the state cfg wants
+// for v in mode when peers are the addresses of the encrypting peer nodes
+// (every InternalIP of every other node whose CiliumNode has an encryption
+// key). ok is false when nothing may be edited at all: cfg.Peers is not
+// set, the mode is unknown, the view is not synced, or cfg is not valid.
+// The caller must not call it before it knows the peers (its first good
+// list of the nodes): an empty peers removes every host route.
+//
+// Off, or the tunnel link missing, down or at MTU 0: the owned scope and
+// nothing else, as Desired. A family below its MinMTU gets nothing either.
+//
+// On, for each peer address a of a family that is split:
+//
+//   - The path: the route the main table uses for a now, by longest-prefix
+//     match over the first route of each key (the one the kernel uses),
+//     the default route included. Only routes that match every packet to
+//     a take part: no TOS, no source prefix, not dead (the kernel passes
+//     over a dead route to the next one); among equal prefixes the lowest
+//     metric wins.
+//   - A host route a/32 or a/128 in cfg.Table through that path: its
+//     gateway (none when a is on a connected subnet: the route then leaves
+//     by the link, scope link), output link, scope and route flags; src
+//     from the path's prefsrc, else the output link's primary address whose
+//     subnet holds a, else as Desired chooses (gateway's subnet, first
+//     global); MTU TableMTU(tunnel, output link); metric 0 (IPv4) or 1024
+//     (IPv6, the kernel's default: 0 is not a key it keeps); type unicast,
+//     cfg.Protocol.
+//   - No host route when the path is not a single-path unicast route out of
+//     a link of its own (multipath, nexthop object, blackhole, unreachable,
+//     prohibit, throw), leaves by the tunnel link, has a gateway of the
+//     other family, or there is no path at all: such a peer keeps whatever
+//     the main table gives it (PeerNotes names the multipath routes). None
+//     for an address of this host either (the local table answers first),
+//     nor a link-local or multicast one (Cilium encrypts neither).
+//   - A throw route in cfg.Table for each main route with a TOS or a source
+//     prefix that covers a at least as specifically as the path: for the
+//     packets it matches the kernel would take it over the path, so they go
+//     on to the main table rather than take the host route.
+//   - One rule, not fwmark Mark/Mask lookup Table, when the family has host
+//     routes.
+//   - With cfg.Repair, each non-default path whose MTU equals the tunnel
+//     MTU loses its explicit MTU, as in Desired. The default route is
+//     never repaired: its MTU is the operator's (a route edited by the old
+//     approach is one the split covered, never the default).
+//
+// Host routes cover nothing but their own address, so a more specific main
+// route cannot lie inside one: the throw routes of Desired are not needed.
+// A change of the main table moves the host routes with their paths at the
+// next pass, and a table left by prefix mode is replaced wholesale: the
+// table is owned, so whatever the peers do not want in it goes.
+func DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (d netwatch.Desired, ok bool) {
+	if !cfg.Peers {
+		return netwatch.Desired{}, false
+	}
+	return cfg.desired(v, mode, func(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *netwatch.Desired) {
+		cfg.peerFamily(v, f, tun, peers, d)
+	})
+}
+
+// PeerNotes is Notes for DesiredPeers: the tunnel's notes, and one line per
+// main route that peers are reached through but that has no single path to
+// copy (multipath or a nexthop object), so those peers keep the interface
+// MTU. The agent logs each once.
+func PeerNotes(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) []string {
+	notes := Notes(v, cfg, mode)
+	if !cfg.Peers || mode != ModeOn || !v.Synced() || cfg.Validate() != nil {
+		return notes
+	}
+	tun, ok := v.LinkByName(cfg.TunnelLink)
+	if !ok || !tun.Up() || tun.MTU == 0 {
+		return notes
+	}
+	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
+		if tun.MTU < MinMTU(f) {
+			continue
+		}
+		idx := newMainIndex(v, f)
+		noted := make(map[netwatch.RouteKey]bool)
+		for _, a := range peers {
+			if a = a.Unmap(); netwatch.FamilyOf(a) != f || !a.IsValid() {
+				continue
+			}
+			if path, ok := idx.lookup(a); ok && (path.NextHops != nil || path.NHID != 0) && !noted[path.Key()] {
+				noted[path.Key()] = true
+				notes = append(notes, fmt.Sprintf("%v: peers reached through main route %v keep the interface MTU: it has no single path to copy (multipath or a nexthop object)",
+					f, path.Dst))
+			}
+		}
+	}
+	return notes
+}
+
+// peerFamily adds to d the host routes, throws, rule and repairs of family
+// f.
+func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link, peers []netip.Addr, d *netwatch.Desired) {
+	idx := newMainIndex(v, f)
+	srcs := newSources(v, f)
+	first, n := len(d.Routes), 0
+	for _, a := range peers {
+		if netwatch.FamilyOf(a) == f {
+			n++
+		}
+	}
+	d.Routes = slices.Grow(d.Routes, n)
+	var throws []netwatch.Route
+	seenThrow := make(map[netwatch.RouteKey]bool)
+	repaired := make(map[netwatch.RouteKey]bool)
+	var lastRepaired netwatch.RouteKey
+	for _, a := range uniqueAddrs(peers) {
+		a = a.Unmap()
+		if netwatch.FamilyOf(a) != f || !a.IsValid() || a.Zone() != "" || srcs.local[a] {
+			continue
+		}
+		dst := netip.PrefixFrom(a, a.BitLen())
+		if unencrypted(dst) {
+			continue
+		}
+		path, ok := idx.lookup(a)
+		if !ok {
+			continue
+		}
+		out, ok := c.peerPath(v, path, tun)
+		if !ok {
+			continue
+		}
+		h := netwatch.Route{
+			Family:   f,
+			Table:    c.Table,
+			Dst:      dst,
+			Metric:   hostMetric(f),
+			Gateway:  path.Gateway,
+			Index:    path.Index,
+			PrefSrc:  srcs.of(path, a),
+			MTU:      TableMTU(tun, out),
+			Protocol: c.Protocol,
+			Scope:    path.Scope,
+			Type:     netwatch.RouteUnicast,
+			Flags:    path.Flags &^ netwatch.KernelRouteFlags,
+		}
+		d.Routes = append(d.Routes, h)
+		for _, s := range idx.selective {
+			if !s.Dst.Contains(a) || s.Dst.Bits() < path.Dst.Bits() {
+				continue
+			}
+			t := netwatch.Route{Family: f, Table: c.Table, Dst: dst, Src: s.Src, TOS: s.TOS, Metric: h.Metric,
+				Protocol: c.Protocol, Type: netwatch.RouteThrow}
+			if f == netwatch.IPv6 {
+				t.Index = loopback(v) // the kernel hangs IPv6 throw routes on lo and says so
+			}
+			if !seenThrow[t.Key()] {
+				seenThrow[t.Key()] = true
+				throws = append(throws, t)
+			}
+		}
+		if c.Repair && path.Dst.Bits() != 0 && path.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU {
+			if k := path.Key(); k != lastRepaired && !repaired[k] {
+				repaired[k], lastRepaired = true, k
+				d.Repairs = append(d.Repairs, repair(path))
+			}
+		}
+	}
+	if len(d.Routes) == first {
+		return
+	}
+	d.Routes = append(d.Routes, throws...)
+	d.Rules = append(d.Rules, c.rule(f))
+}
+
+// uniqueAddrs returns as without duplicates: as itself when it is sorted
+// and has none (the agent's peers are), else a sorted copy.
+func uniqueAddrs(as []netip.Addr) []netip.Addr {
+	sorted := true
+	for i := 1; i < len(as) && sorted; i++ {
+		sorted = as[i-1].Less(as[i])
+	}
+	if sorted {
+		return as
+	}
+	as = slices.Clone(as)
+	slices.SortFunc(as, netip.Addr.Compare)
+	return slices.Compact(as)
+}
+
+// peerPath reports whether the main route r is a path a host route can
+// copy, and its output link.
+func (c Config) peerPath(v netwatch.View, r netwatch.Route, tun netwatch.Link) (netwatch.Link, bool) {
+	switch {
+	case r.Type != netwatch.RouteUnicast, r.NextHops != nil, r.NHID != 0, r.Index == 0, r.Index == tun.Index,
+		r.Gateway.IsValid() && r.Gateway.Is4() != (r.Family == netwatch.IPv4):
+		return netwatch.Link{}, false
+	}
+	return v.Link(r.Index)
+}
+
+// sources chooses the source addresses of host routes in one family: the
+// view's addresses sorted out once, and prefSrc's answer once per path.
+type sources struct {
+	v      netwatch.View
+	local  map[netip.Addr]bool        // this host's addresses
+	byLink map[uint32][]netwatch.Addr // the primary global addresses, by link, lowest first
+	memo   map[netwatch.RouteKey]netip.Addr
+}
+
+func newSources(v netwatch.View, f netwatch.Family) *sources {
+	s := &sources{v: v, local: make(map[netip.Addr]bool), byLink: make(map[uint32][]netwatch.Addr), memo: make(map[netwatch.RouteKey]netip.Addr)}
+	for a := range v.Addrs(0) {
+		ip := a.Prefix.Addr().Unmap()
+		if netwatch.FamilyOf(ip) != f {
+			continue
+		}
+		s.local[ip] = true
+		if a.Flags&(ifaSecondary|ifaDADFailed|ifaTentative) == 0 && a.Scope == netwatch.ScopeUniverse && !ip.IsLinkLocalUnicast() {
+			s.byLink[a.Index] = append(s.byLink[a.Index], a)
+		}
+	}
+	return s
+}
+
+// of is the source address of the host route to a through path: its
+// prefsrc, else the output link's primary address whose subnet holds a (a
+// peer on a connected subnet), else what prefSrc finds for a host route
+// through path (the address whose subnet holds the gateway, else the
+// link's first global one).
+func (s *sources) of(path netwatch.Route, a netip.Addr) netip.Addr {
+	if path.PrefSrc.IsValid() {
+		return path.PrefSrc
+	}
+	for _, ad := range s.byLink[path.Index] {
+		if ad.Prefix.Masked().Contains(a) {
+			return ad.Prefix.Addr().Unmap()
+		}
+	}
+	k := path.Key()
+	if src, ok := s.memo[k]; ok {
+		return src
+	}
+	host := path
+	host.Dst = netip.PrefixFrom(a, a.BitLen()) // holds no address of this host
+	src := prefSrc(s.v, host)
+	s.memo[k] = src
+	return src
+}
+
+// mainIndex answers longest-prefix matches on one family of the main table.
+type mainIndex struct {
+	// byLen holds, per prefix length, the route each destination uses: of
+	// the routes that match every packet, the one of lowest metric.
+	byLen map[int]map[netip.Prefix]netwatch.Route
+	lens  []int // the keys of byLen, longest first
+	// selective are the routes with a TOS or a source prefix: they match
+	// only some packets.
+	selective []netwatch.Route
+}
+
+func newMainIndex(v netwatch.View, f netwatch.Family) mainIndex {
+	idx := mainIndex{byLen: make(map[int]map[netip.Prefix]netwatch.Route)}
+	seen := make(map[netwatch.RouteKey]bool)
+	for r := range v.Routes(f, netwatch.TableMain) {
+		k := r.Key()
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		r = v.Route(k)[0] // the first of its key: the one the kernel uses
+		switch {
+		case r.TOS != 0 || r.Src.IsValid():
+			idx.selective = append(idx.selective, r)
+			continue
+		case r.Flags&netwatch.RouteDead != 0:
+			continue
+		}
+		m := idx.byLen[r.Dst.Bits()]
+		if m == nil {
+			m = make(map[netip.Prefix]netwatch.Route)
+			idx.byLen[r.Dst.Bits()] = m
+			idx.lens = append(idx.lens, r.Dst.Bits())
+		}
+		if o, ok := m[r.Dst]; !ok || r.Metric < o.Metric {
+			m[r.Dst] = r
+		}
+	}
+	slices.SortFunc(idx.lens, func(a, b int) int { return b - a })
+	return idx
+}
+
+// lookup returns the main route for a.
+func (idx mainIndex) lookup(a netip.Addr) (netwatch.Route, bool) {
+	for _, bits := range idx.lens {
+		p, err := a.Prefix(bits)
+		if err != nil {
+			continue
+		}
+		if r, ok := idx.byLen[bits][p]; ok {
+			return r, true
+		}
+	}
+	return netwatch.Route{}, false
+}
+
+// hostMetric is the metric of a host route: 0, which IPv6 stores as 1024.
+func hostMetric(f netwatch.Family) uint32 {
+	if f == netwatch.IPv6 {
+		return 1024
+	}
+	return 0
+}
