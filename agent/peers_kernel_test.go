@@ -195,8 +195,8 @@ func TestKernelPeers(t *testing.T) {
 		"table 900: fd00::9/128 dev enp7s0 src fd00::5 metric 1024 mtu 1355",
 	}
 	del := []string{
-		"table 900: removed 10.0.0.9/32 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
-		"table 900: removed fd00::9/128 dev enp7s0 src fd00::5 metric 1024 mtu 1355",
+		"table 900: removed 10.0.0.9/32 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1355",
+		"table 900: removed fd00::9/128 dev enp7s0 proto 109 src fd00::5 metric 1024 mtu 1355",
 	}
 	want := slices.Concat(add, []string{"dhcp route 10.0.0.0/16 mtu 1450 (was 1355)"}, del, add, del)
 	if diff := cmp.Diff(want, lines); diff != "" {
@@ -287,10 +287,10 @@ func TestKernelPeersCommands(t *testing.T) {
 		}
 	}
 	stdout, stderr, code = s.commandEnv(t, outsidePod(), "cleanup", "--peers=auto")
-	want = "rule 900: removed not fwmark 0xe00/0xf00 lookup 900\n" +
-		"rule 900 (inet6): removed not fwmark 0xe00/0xf00 lookup 900\n" +
-		"table 900: removed 10.0.0.9/32 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355\n" +
-		"table 900: removed fd00::9/128 dev enp7s0 src fd00::5 metric 1024 mtu 1355\n"
+	want = "rule 900: removed not fwmark 0xe00/0xf00 lookup 900 proto 109\n" +
+		"rule 900 (inet6): removed not fwmark 0xe00/0xf00 lookup 900 proto 109\n" +
+		"table 900: removed 10.0.0.9/32 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1355\n" +
+		"table 900: removed fd00::9/128 dev enp7s0 proto 109 src fd00::5 metric 1024 mtu 1355\n"
 	if diff := cmp.Diff(want, stdout); code != 0 || diff != "" {
 		t.Errorf("cleanup without the API: exit %d, stderr %q (-want +got):\n%s", code, stderr, diff)
 	}

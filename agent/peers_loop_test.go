@@ -78,7 +78,7 @@ func TestLoopPeers(t *testing.T) {
 	h.waitPass("that follows the peers", applied(2))
 	want = []string{
 		"table 900: 10.0.0.12/32 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
-		"table 900: removed 10.0.0.11/32 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
+		"table 900: removed 10.0.0.11/32 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1355",
 	}
 	if diff := cmp.Diff(want, h.takeLines()); diff != "" {
 		t.Errorf("lines (-want +got):\n%s", diff)
