@@ -166,8 +166,15 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	l := newLoop(w, ap, o.policy, false, log, func(line string) { log.Info(line) }, met)
 	met.addPeers(l, srcs.peers)
 
+	metricsAt := "off"
+	if ln != nil {
+		metricsAt = ln.Addr().String()
+	}
 	log.Info("marksplit "+version+" running", "tunnel_link", o.policy.TunnelLink,
-		"table", uint32(o.policy.Table), "priority", o.policy.Priority, "encryption", o.encryption)
+		"table", uint32(o.policy.Table), "priority", o.policy.Priority, "encryption", o.encryption, "metrics_addr", metricsAt)
+	if ln != nil && !loopbackOnly(o.metricsAddr) {
+		log.Warn("metrics, /healthz and /readyz listen on " + metricsAt + ", beyond loopback: whoever reaches this node there can read them (the DaemonSet's probes need only 127.0.0.1)")
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -108,3 +108,30 @@ func TestKernelFightNamesProgram(t *testing.T) {
 		t.Errorf("%d fight warnings, want 1 to 3: %q", len(warnings), warnings)
 	}
 }
+
+// The start line names the address the metrics listen on, as bound (a
+// port 0 resolved); listening beyond loopback is warned about, loopback is
+// not.
+func TestKernelMetricsAddressLogged(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		want *regexp.Regexp
+		warn bool
+	}{
+		{"127.0.0.1:0", regexp.MustCompile(`"metrics_addr":"127\.0\.0\.1:[1-9][0-9]*"`), false},
+		{"0.0.0.0:0", regexp.MustCompile(`"metrics_addr":"(0\.0\.0\.0|\[::\]):[1-9][0-9]*"`), true},
+		{"", regexp.MustCompile(`"metrics_addr":"off"`), false},
+	} {
+		s := newSeed(t, true)
+		a := s.start(t, append(seedArgs, "--metrics-addr="+tc.addr)...)
+		eventually(t, 5*time.Second, "split", func() error { return s.splitAt(t, 1355) })
+		out := a.out.String()
+		if !tc.want.MatchString(out) {
+			t.Errorf("--metrics-addr=%s: no %v in the log:\n%s", tc.addr, tc.want, out)
+		}
+		if warned := strings.Contains(out, "beyond loopback"); warned != tc.warn {
+			t.Errorf("--metrics-addr=%s: warned %v, want %v:\n%s", tc.addr, warned, tc.warn, out)
+		}
+		a.stop(t, syscall.SIGTERM)
+	}
+}

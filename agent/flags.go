@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -122,6 +124,12 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 	if err := o.policy.Validate(); err != nil {
 		return o, usageErrorf("%s", strings.TrimPrefix(err.Error(), "mtupolicy: "))
 	}
+	if err := checkMetricsAddr(o.metricsAddr); err != nil {
+		return o, usageErrorf("%s", err)
+	}
+	if o.nodeName != "" && !(len(o.nodeName) <= 253 && nodeNameRE.MatchString(o.nodeName)) {
+		return o, usageErrorf("--node-name %q: not a Kubernetes node name (lowercase letters, digits, '-' and '.', at most 253)", o.nodeName)
+	}
 	if o.cmd == cmdVerify && !o.peer.IsValid() {
 		return o, usageErrorf("verify needs --peer ADDR (an address on the split network, e.g. --peer 10.0.0.9)")
 	}
@@ -133,6 +141,10 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 	}
 	return o, nil
 }
+
+// nodeNameRE matches a DNS-1123 subdomain, what a Kubernetes node (and its
+// CiliumNode) is called.
+var nodeNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
 // usesMode reports whether the command needs the encryption mode. cleanup
 // removes everything owned whatever the mode; verify asks the kernel only.
@@ -184,20 +196,54 @@ func (v markValue) String() string {
 	return v.mark.String() + "/" + v.mask.String()
 }
 
+// Set refuses a mark without a mask. ip-rule(8) and the kernel read one
+// as mask 0xffffffff, every bit: Cilium's WireGuard packets carry 0x1e00
+// up to Cilium 1.17 and 0x0e00 from 1.18 on, and only the masked
+// 0xe00/0xf00 matches both, so a bare 0xe00 would silently stop splitting
+// across an upgrade. Whoever means every bit says so with /0xffffffff.
 func (v markValue) Set(s string) error {
 	ms, ks, hasMask := strings.Cut(s, "/")
 	m, err := strconv.ParseUint(ms, 0, 32)
 	if err != nil {
 		return fmt.Errorf("want MARK/MASK such as 0xe00/0xf00")
 	}
-	k := uint64(0xffffffff)
-	if hasMask {
-		if k, err = strconv.ParseUint(ks, 0, 32); err != nil {
-			return fmt.Errorf("want MARK/MASK such as 0xe00/0xf00")
-		}
+	if !hasMask {
+		return fmt.Errorf("%s has no mask: a bare mark matches all 32 bits, and Cilium's WireGuard mark is 0x1e00 up to 1.17 and 0xe00 since; give the mask (0xe00/0xf00 matches both), or MARK/0xffffffff for every bit", ms)
+	}
+	k, err := strconv.ParseUint(ks, 0, 32)
+	if err != nil {
+		return fmt.Errorf("want MARK/MASK such as 0xe00/0xf00")
 	}
 	*v.mark, *v.mask = netwatch.Mark(m), netwatch.Mark(k)
 	return nil
+}
+
+// checkMetricsAddr checks --metrics-addr as net.Listen("tcp") will take
+// it: HOST:PORT with a numeric port and, when a host is given, an IP
+// address or localhost (a name would be resolved to who knows what).
+func checkMetricsAddr(a string) error {
+	if a == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("--metrics-addr %q: want HOST:PORT such as 127.0.0.1:9184 (or empty to disable)", a)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 && port != "0" {
+		return fmt.Errorf("--metrics-addr %q: port %q is not a number from 0 to 65535", a, port)
+	}
+	if _, err := netip.ParseAddr(host); err != nil && host != "" && host != "localhost" {
+		return fmt.Errorf("--metrics-addr %q: host %q is not an IP address", a, host)
+	}
+	return nil
+}
+
+// loopbackOnly reports whether a valid --metrics-addr listens on loopback
+// alone.
+func loopbackOnly(a string) bool {
+	host, _, _ := net.SplitHostPort(a)
+	ip, err := netip.ParseAddr(host)
+	return host == "localhost" || err == nil && ip.IsLoopback()
 }
 
 type tableValue struct{ t *netwatch.Table }

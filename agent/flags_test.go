@@ -46,8 +46,8 @@ func TestParseArgs(t *testing.T) {
 			}, encryption: encOn, nodeName: "n1", logFormat: "json"},
 		},
 		{
-			name: "a mark without a mask matches every bit; a numeric protocol",
-			args: []string{"plan", "--underlay-link=enp7s0", "--mark=7", "--protocol=200", "--encryption=off"},
+			name: "every bit of a mark, said so; a numeric protocol",
+			args: []string{"plan", "--underlay-link=enp7s0", "--mark=7/0xffffffff", "--protocol=200", "--encryption=off"},
 			want: func() options {
 				p := def
 				p.UnderlayLink, p.Mark, p.Mask, p.Protocol = "enp7s0", 7, 0xffffffff, 200
@@ -125,6 +125,12 @@ func TestBadFlagsExit2(t *testing.T) {
 		{[]string{"--prefix=10.0.0/16"}, `invalid value "10.0.0/16" for flag -prefix: want a CIDR`},
 		{[]string{"--prefix=10.0.0.0/16", "--mark=0xe00/0x100", "--encryption=on"}, "mask 0x100 does not cover mark 0xe00"},
 		{[]string{"--prefix=10.0.0.0/16", "--mark=wg"}, `invalid value "wg" for flag -mark: want MARK/MASK`},
+		{[]string{"--prefix=10.0.0.0/16", "--mark=0xe00"}, `invalid value "0xe00" for flag -mark: 0xe00 has no mask: a bare mark matches all 32 bits`},
+		{[]string{"--prefix=10.0.0.0/16", "--encryption=on", "--metrics-addr=9184"}, `--metrics-addr "9184": want HOST:PORT`},
+		{[]string{"plan", "--prefix=10.0.0.0/16", "--encryption=on", "--metrics-addr=127.0.0.1:http"}, `port "http" is not a number`},
+		{[]string{"cleanup", "--prefix=10.0.0.0/16", "--metrics-addr=node1:9184"}, `host "node1" is not an IP address`},
+		{[]string{"verify", "--prefix=10.0.0.0/16", "--peer=10.0.0.9", "--metrics-addr=127.0.0.1:99999"}, `port "99999" is not a number from 0 to 65535`},
+		{[]string{"--prefix=10.0.0.0/16", "--node-name=Node_1"}, `--node-name "Node_1": not a Kubernetes node name`},
 		{[]string{"--prefix=10.0.0.0/16", "--table=main"}, `invalid value "main" for flag -table`},
 		{[]string{"--prefix=10.0.0.0/16", "--encryption=yes"}, `invalid value "yes" for flag -encryption: want on, off, auto`},
 		{[]string{"--prefix=10.0.0.0/16", "--log-format=xml"}, `invalid value "xml" for flag -log-format: want text, json`},
