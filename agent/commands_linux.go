@@ -53,7 +53,7 @@ func execute(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	case cmdRun:
 		err = runAgent(ctx, o, log)
 	case cmdOnce, cmdCleanup:
-		err = runOnce(ctx, o, stdout, log)
+		err = runOnce(ctx, o, stdout, stderr, log)
 	case cmdPlan:
 		err = runPlan(ctx, o, stdout, log)
 	case cmdVerify:
@@ -265,15 +265,19 @@ func (s *oneShot) stop() {
 
 // runOnce is `marksplit once` and `marksplit cleanup`: passes until one
 // finds nothing to do, each change printed.
-func runOnce(ctx context.Context, o options, stdout io.Writer, log *slog.Logger) error {
+func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog.Logger) error {
 	release, err := lockTable(o.policy.Table)
-	if err != nil {
-		if o.cmd == cmdCleanup {
-			return fmt.Errorf("%w; it would put back at once what cleanup removes: stop it first (docs/operations.md, \"Uninstall\": kubectl set env daemonset/marksplit -n kube-system MARKSPLIT_ENCRYPTION=off makes every agent remove its own)", err)
-		}
+	switch {
+	case err == nil:
+		defer release()
+	case o.cmd == cmdCleanup:
+		// Beside a running agent cleanup still does its work (as the
+		// uninstall does, once every agent runs with encryption off), but
+		// says that an agent still splitting puts it back at once.
+		fmt.Fprintf(stderr, "marksplit: note: %v; unless it runs with --encryption=off it puts back at once what cleanup removes: stop it first (docs/operations.md, \"Uninstall\": kubectl -n kube-system set env daemonset/marksplit MARKSPLIT_ENCRYPTION=off)\n", err)
+	default:
 		return err
 	}
-	defer release()
 	ap, err := netwatch.DialApplier(netwatch.KernelDialer{})
 	if err != nil {
 		return err
