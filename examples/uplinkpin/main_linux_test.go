@@ -22,7 +22,7 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"--uplink", "eth1", "--mark", "0x100", "--table", "main"}, 2, `uplinkpin: --table "main": not a table number`},
 		{[]string{"--nope"}, 2, "uplinkpin: flag provided but not defined: -nope"},
 		{[]string{"-h"}, 0, "usage: uplinkpin --uplink LINK --mark"},
-		{[]string{"--uplink", "eth1", "--mark", "0x100", "--netns", "/nonexistent/ns"}, 1, "uplinkpin: open network namespace /nonexistent/ns"},
+		{[]string{"--uplink", "eth1", "--mark", "0x100", "--netns", "/nonexistent/ns"}, 1, "uplinkpin: netwatch: open network namespace /nonexistent/ns"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -22,7 +22,7 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"--prefix", "10.8.0.0/16", "--table", "main"}, 2, `vpnbypass: --table "main": not a table number`},
 		{[]string{"--nope"}, 2, "vpnbypass: flag provided but not defined: -nope"},
 		{[]string{"-h"}, 0, "usage: vpnbypass --prefix CIDR"},
-		{[]string{"--prefix", "10.8.0.0/16", "--netns", "/nonexistent/ns"}, 1, "vpnbypass: open network namespace /nonexistent/ns"},
+		{[]string{"--prefix", "10.8.0.0/16", "--netns", "/nonexistent/ns"}, 1, "vpnbypass: netwatch: open network namespace /nonexistent/ns"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
