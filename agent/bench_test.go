@@ -59,7 +59,7 @@ func BenchmarkKernelRuleRestore(b *testing.B) {
 		b.Run("agent="+ag.name, func(b *testing.B) {
 			s := newSeed(b, true)
 			events := listenRules(b, s)
-			ap, err := netwatch.DialApplier(netwatch.KernelDialer{NetNS: s.ns.FD()})
+			ap, err := netwatch.DialApplier(netwatch.Options{NetNS: s.netns(b)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -123,19 +123,17 @@ type ruleEvent struct {
 // listenRules reads the namespace's IPv4 rule notifications on a socket of
 // its own, stamping each as it arrives; it stops when the benchmark ends.
 func listenRules(b *testing.B, s *seed) <-chan ruleEvent {
-	c, err := netwatch.KernelDialer{NetNS: s.ns.FD()}.Dial(netwatch.DialConfig{Groups: []uint32{unix.RTNLGRP_IPV4_RULE}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := listen(b, s, unix.RTNLGRP_IPV4_RULE)
 	ch := make(chan ruleEvent, 1024)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
-			for m, err := range c.ReceiveIter() {
-				if err != nil {
-					return
-				}
+			msgs, err := c.Receive()
+			if err != nil {
+				return
+			}
+			for _, m := range msgs {
 				now := time.Now()
 				// fib_rule_hdr: family, dst_len, src_len, tos, table,
 				// res1, res2, action, flags; then FRA_PRIORITY among the
@@ -282,19 +280,17 @@ type routeEvent struct {
 // listenRoutes reads the namespace's IPv4 route notifications about
 // 10.0.0.0/16 on a socket of its own, stamping each as it arrives.
 func listenRoutes(b *testing.B, s *seed) <-chan routeEvent {
-	c, err := netwatch.KernelDialer{NetNS: s.ns.FD()}.Dial(netwatch.DialConfig{Groups: []uint32{unix.RTNLGRP_IPV4_ROUTE}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := listen(b, s, unix.RTNLGRP_IPV4_ROUTE)
 	ch := make(chan routeEvent, 4096)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
-			for m, err := range c.ReceiveIter() {
-				if err != nil {
-					return
-				}
+			msgs, err := c.Receive()
+			if err != nil {
+				return
+			}
+			for _, m := range msgs {
 				now := time.Now()
 				// rtmsg: family, dst_len, ...; then RTA_DST and RTA_TABLE.
 				if len(m.Data) < unix.SizeofRtMsg || m.Data[1] != 16 {
@@ -457,4 +453,30 @@ func BenchmarkKernelFight(b *testing.B) {
 			}
 		})
 	}
+}
+
+// netns opens the seed's namespace for netwatch.Options; it is closed when
+// the benchmark ends.
+func (s *seed) netns(tb testing.TB) *netwatch.NetNS {
+	tb.Helper()
+	ns, err := netwatch.OpenNetNS(s.ns.Path())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ns.Close() })
+	return ns
+}
+
+// listen opens a socket of its own in the seed's namespace, joined to one
+// rtnetlink group.
+func listen(b *testing.B, s *seed, group uint32) *netlink.Conn {
+	c, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: s.ns.FD()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.JoinGroup(group); err != nil {
+		c.Close()
+		b.Fatal(err)
+	}
+	return c
 }

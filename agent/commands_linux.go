@@ -150,7 +150,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	ap, err := netwatch.DialApplier(netwatch.KernelDialer{})
+	ap, err := netwatch.DialApplier(netwatch.Options{})
 	if err != nil {
 		return err
 	}
@@ -278,7 +278,7 @@ func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog
 	default:
 		return err
 	}
-	ap, err := netwatch.DialApplier(netwatch.KernelDialer{})
+	ap, err := netwatch.DialApplier(netwatch.Options{})
 	if err != nil {
 		return err
 	}
@@ -338,21 +338,16 @@ var errVerify = errors.New("the split is not in place")
 // runVerify is `marksplit verify`: RTM_GETROUTE for the peer without and
 // with the mark, judged against the table and the tunnel link's MTU.
 func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logger) error {
-	ap, err := netwatch.DialApplier(netwatch.KernelDialer{})
-	if err != nil {
-		return err
-	}
-	defer ap.Close()
 	s, err := startOneShot(ctx, o, nil, func(string) {}, log)
 	if err != nil {
 		return err
 	}
 	defer s.stop()
-	unmarked, err := ap.RouteGet(o.peer, 0)
+	unmarked, err := netwatch.RouteGet(netwatch.Options{}, o.peer, 0)
 	if err != nil {
 		return err
 	}
-	marked, err := ap.RouteGet(o.peer, o.policy.Mark)
+	marked, err := netwatch.RouteGet(netwatch.Options{}, o.peer, o.policy.Mark)
 	if err != nil {
 		return err
 	}

@@ -598,7 +598,7 @@ func TestKernelVerify(t *testing.T) {
 		"ok: unmarked traffic to 10.0.0.9 uses table 900 at cilium_wg0's MTU 1355; marked traffic does not use table 900 (MTU 1450)\n"
 	if code != 0 || stdout != want {
 		if strings.Contains(stdout, "unmarked traffic uses table main") && strings.Contains(s.routeGet(t, "10.0.0.9"), "table 900") {
-			t.Errorf("netwatch.Applier.RouteGet reports table main where `ip route get` says table 900: " +
+			t.Errorf("netwatch.RouteGet reports table main where `ip route get` says table 900: " +
 				"its RTM_GETROUTE request lacks RTM_F_LOOKUP_TABLE, so the kernel answers RT_TABLE_MAIN")
 		}
 		t.Errorf("verify on a split node: exit %d, want 0\n got %q\nwant %q\nstderr %s", code, stdout, want, stderr)

@@ -22,13 +22,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fakeDialer dials nltest's fake kernel.
-type fakeDialer struct{ k *nltest.Kernel }
-
-func (d fakeDialer) Dial(cfg netwatch.DialConfig) (netwatch.Conn, error) {
-	return d.k.DialConn(cfg.Groups, cfg.ReadBuffer)
-}
-
 // seedKernel is the seed topology on the fake kernel: enp7s0 (MTU 1450,
 // 10.0.0.5/16, the gateway 10.0.0.1 on link), the old approach's
 // 10.0.0.0/16 via 10.0.0.1 lowered to 1355, cilium_wg0 at 1355.
@@ -89,8 +82,8 @@ func newHarnessCfg(t *testing.T, k *nltest.Kernel, cfg mtupolicy.Config) *harnes
 	t.Helper()
 	h := &harness{t: t, k: k, passes: make(chan netwatch.Pass, 1000)}
 	log := slog.New(slog.NewTextHandler(lockedWriter{&h.mu, &h.logs}, nil))
-	h.w = netwatch.New(netwatch.Options{Dialer: fakeDialer{k}, RouteTables: []netwatch.Table{netwatch.TableMain, cfg.Table}, Logger: log})
-	ap, err := netwatch.DialApplier(fakeDialer{k})
+	h.w = netwatch.New(netwatch.Options{Dialer: k.Dialer(), RouteTables: []netwatch.Table{netwatch.TableMain, cfg.Table}, Logger: log})
+	ap, err := netwatch.DialApplier(netwatch.Options{Dialer: k.Dialer()})
 	must(t, err)
 	t.Cleanup(func() { ap.Close() })
 	h.met = newMetrics(h.w, cfg, nil, snmpPath)

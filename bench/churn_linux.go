@@ -91,7 +91,7 @@ func childChurn(contender string, rcvbuf, existing int, expected int64) (churnRe
 	case "raw":
 		c = &rawConsumer{t: &t}
 	case "netwatch":
-		c = &netwatchConsumer{t: &t, dialer: netwatch.KernelDialer{}}
+		c = &netwatchConsumer{t: &t}
 	case "vishvananda-subscribe":
 		c = &vnlConsumer{t: &t}
 	case "rtnetlink":
@@ -239,11 +239,10 @@ func (c *rawConsumer) stop()                         { c.stopped.Store(true) }
 func (c *rawConsumer) routes() map[routeKey]struct{} { return nil }
 func (c *rawConsumer) rcvBuf() int                   { return c.s.rcvBuf() }
 
-// netwatchConsumer is a Watcher, read the way the agent reads it: Notify
+// netwatchConsumer is a Watcher, read the way the agent reads it: Changed
 // says something changed, Stats counts.
 type netwatchConsumer struct {
 	t      *tally
-	dialer netwatch.Dialer
 	w      *netwatch.Watcher
 	cancel context.CancelFunc
 	done   chan struct{} // Run returned
@@ -252,7 +251,7 @@ type netwatchConsumer struct {
 }
 
 func (c *netwatchConsumer) sync(rcvbuf, _ int) error {
-	c.w = netwatch.New(netwatch.Options{Dialer: c.dialer, ReadBuffer: rcvbuf})
+	c.w = netwatch.New(netwatch.Options{ReadBuffer: rcvbuf})
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	c.done = make(chan struct{})

@@ -19,22 +19,12 @@ import (
 // The cases of issue 3 on internal/nltest's fake kernel, with the same
 // livePass as the real-namespace tests (kernel_linux_test.go).
 
-// fakeDialer dials the fake kernel for netwatch.
-type fakeDialer struct{ k *nltest.Kernel }
-
-func (d fakeDialer) Dial(cfg netwatch.DialConfig) (netwatch.Conn, error) {
-	c, err := d.k.DialConn(cfg.Groups, cfg.ReadBuffer)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
 // fseed is the seed topology in the fake kernel: enp7s0 (MTU 1450,
 // 10.0.0.5/16), the DHCP client's routes, cilium_wg0 (tun, MTU 1355).
 type fseed struct {
 	k        *nltest.Kernel
 	eth, tun uint32
+	opts     netwatch.Options // the fake's dialer
 	w        *netwatch.Watcher
 	a        *netwatch.Applier
 	cfg      mtupolicy.Config
@@ -66,9 +56,9 @@ func newFSeed(t *testing.T, lowered bool) *fseed {
 	s.tun = s.k.AddLink("cilium_wg0", "tun", 1355, true)
 	s.cfg = mtupolicy.DefaultConfig()
 	s.cfg.Prefixes = []netip.Prefix{pfx("10.0.0.0/16")}
-	d := fakeDialer{s.k}
-	s.w = runWatcher(t, d)
-	s.a = dialApplier(t, d)
+	s.opts = netwatch.Options{Dialer: s.k.Dialer()}
+	s.w = runWatcher(t, s.opts)
+	s.a = dialApplier(t, s.opts)
 	waitSync(t, s.w)
 	return s
 }
@@ -99,11 +89,11 @@ func (s *fseed) pass(t *testing.T, mode mtupolicy.Mode) []netwatch.Op {
 // table 900 at tunnelMTU, marked traffic the main table at 1450.
 func (s *fseed) splitAt(t *testing.T, dst string, tunnelMTU uint32) {
 	t.Helper()
-	got, err := s.a.RouteGet(addr(dst), 0)
+	got, err := netwatch.RouteGet(s.opts, addr(dst), 0)
 	if err != nil || got.Table != s.cfg.Table || got.MTU != tunnelMTU || !got.PrefSrc.IsValid() {
 		t.Errorf("route get %s: table %v mtu %d src %v (%v), want table 900 mtu %d with a src", dst, got.Table, got.MTU, got.PrefSrc, err, tunnelMTU)
 	}
-	got, err = s.a.RouteGet(addr(dst), s.cfg.Mark)
+	got, err = netwatch.RouteGet(s.opts, addr(dst), s.cfg.Mark)
 	if err != nil || got.Table != netwatch.TableMain || got.MTU != 0 && got.MTU != 1450 {
 		t.Errorf("route get %s mark 0xe00: table %v mtu %d (%v), want table main at the link's 1450", dst, got.Table, got.MTU, err)
 	}
@@ -405,9 +395,9 @@ func TestFakeCase11NotSynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.FailAll(unix.RTM_GETROUTE, unix.EIO)
-	d := fakeDialer{k}
-	w := runWatcher(t, d)
-	a := dialApplier(t, d)
+	opts := netwatch.Options{Dialer: k.Dialer()}
+	w := runWatcher(t, opts)
+	a := dialApplier(t, opts)
 	cfg := mtupolicy.DefaultConfig()
 	cfg.Prefixes = []netip.Prefix{pfx("10.0.0.0/16")}
 	// Wait until the route listing has failed a few times.

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
@@ -99,10 +98,12 @@ func waitSync(t *testing.T, w *netwatch.Watcher) {
 	}
 }
 
-// runWatcher starts a watcher on d, stopped when the test ends.
-func runWatcher(t *testing.T, d netwatch.Dialer) *netwatch.Watcher {
+// runWatcher starts a watcher with opts, reconnecting every millisecond,
+// stopped when the test ends.
+func runWatcher(t *testing.T, opts netwatch.Options) *netwatch.Watcher {
 	t.Helper()
-	w := netwatch.New(netwatch.Options{Dialer: d, Backoff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Millisecond) }})
+	opts.RetryMin, opts.RetryMax = time.Millisecond, time.Millisecond
+	w := netwatch.New(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -120,14 +121,27 @@ func runWatcher(t *testing.T, d netwatch.Dialer) *netwatch.Watcher {
 	return w
 }
 
-func dialApplier(t *testing.T, d netwatch.Dialer) *netwatch.Applier {
+func dialApplier(t *testing.T, opts netwatch.Options) *netwatch.Applier {
 	t.Helper()
-	a, err := netwatch.DialApplier(d)
+	a, err := netwatch.DialApplier(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
 	return a
+}
+
+// openNetNS opens ns for netwatch.Options; it is closed when the test
+// ends, after the watcher and applier opened with it (cleanups run last
+// registered first).
+func openNetNS(t *testing.T, ns *nltest.NetNS) *netwatch.NetNS {
+	t.Helper()
+	n, err := netwatch.OpenNetNS(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
 }
 
 // hasOp reports whether ops holds an operation of kind k satisfying f.
@@ -188,6 +202,7 @@ func ruleMsg(family uint8, prio, table uint32, invert bool, mark, mask uint32, p
 // and an applier on the node namespace.
 type kseed struct {
 	ns, gw *nltest.NetNS
+	opts   netwatch.Options // the node namespace
 	w      *netwatch.Watcher
 	a      *netwatch.Applier
 	cfg    mtupolicy.Config
@@ -253,9 +268,9 @@ func newKSeed(t *testing.T, lowered bool) *kseed {
 	s.ns.IP(t, "link", "set", "cilium_wg0", "mtu", "1355", "up")
 	s.cfg = mtupolicy.DefaultConfig()
 	s.cfg.Prefixes = []netip.Prefix{pfx("10.0.0.0/16")}
-	d := netwatch.KernelDialer{NetNS: s.ns.FD()}
-	s.w = runWatcher(t, d)
-	s.a = dialApplier(t, d)
+	s.opts = netwatch.Options{NetNS: openNetNS(t, s.ns)}
+	s.w = runWatcher(t, s.opts)
+	s.a = dialApplier(t, s.opts)
 	waitSync(t, s.w)
 	return s
 }
@@ -659,12 +674,12 @@ func TestKernelCase13Families(t *testing.T) {
 	if ops := s.pass(t, mtupolicy.ModeOn); len(ops) != 0 {
 		t.Errorf("second pass planned:\n%s", opsString(ops))
 	}
-	t.Run("Applier.RouteGet IPv6", func(t *testing.T) {
-		got, err := s.a.RouteGet(addr("fd00::9"), 0)
+	t.Run("RouteGet IPv6", func(t *testing.T) {
+		got, err := netwatch.RouteGet(s.opts, addr("fd00::9"), 0)
 		if err != nil || got.Table != 900 || got.MTU != 1355 {
 			t.Errorf("RouteGet fd00::9: %v (%v), want table 900 mtu 1355", got, err)
 		}
-		got, err = s.a.RouteGet(addr("fd00::9"), 0xe00)
+		got, err = netwatch.RouteGet(s.opts, addr("fd00::9"), 0xe00)
 		if err != nil || got.Table == 900 || got.MTU != 0 && got.MTU != 1450 {
 			t.Errorf("RouteGet fd00::9 mark 0xe00: %v (%v), want not table 900, at the link's MTU 1450", got, err)
 		}

@@ -9,18 +9,20 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/marksplit/marksplit/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
 // Applier makes kernel changes on its own request socket.
 type Applier struct {
-	c Conn
+	c rtnl.Conn
 }
 
-// DialApplier opens a request socket with d.
-func DialApplier(d Dialer) (*Applier, error) {
-	c, err := d.Dial(DialConfig{})
+// DialApplier opens a request socket in opts.NetNS (or with opts.Dialer);
+// the other options are a Watcher's.
+func DialApplier(opts Options) (*Applier, error) {
+	c, err := dialerOf(opts).Dial(rtnl.DialConfig{})
 	if err != nil {
 		return nil, err
 	}
@@ -138,10 +140,21 @@ func withMessage(err error) error {
 
 const rtmFLookupTable = 0x1000
 
-// RouteGet asks the kernel which route it would use for dst, for packets
-// carrying mark (0 for none), like `ip route get DST mark MARK`. The
-// returned route's Table and MTU are what the kernel chose.
-func (a *Applier) RouteGet(dst netip.Addr, mark Mark) (Route, error) {
+// RouteGet asks the kernel of opts.NetNS (or opts.Dialer's) which route it
+// would use for dst, for packets carrying mark (0 for none), like `ip
+// route get DST mark MARK`. The returned route's Table and MTU are what the
+// kernel chose; its MTU is 0 when the route has none of its own (the
+// output link's, then).
+func RouteGet(opts Options, dst netip.Addr, mark Mark) (Route, error) {
+	c, err := dialerOf(opts).Dial(rtnl.DialConfig{})
+	if err != nil {
+		return Route{}, err
+	}
+	defer c.Close()
+	return routeGet(c, dst, mark)
+}
+
+func routeGet(c rtnl.Conn, dst netip.Addr, mark Mark) (Route, error) {
 	f := FamilyOf(dst)
 	dst = dst.Unmap()
 	b := make([]byte, unix.SizeofRtMsg)
@@ -162,7 +175,7 @@ func (a *Applier) RouteGet(dst netip.Addr, mark Mark) (Route, error) {
 	if err != nil {
 		return Route{}, err
 	}
-	msgs, err := a.c.Execute(netlink.Message{
+	msgs, err := c.Execute(netlink.Message{
 		Header: netlink.Header{Type: unix.RTM_GETROUTE, Flags: netlink.Request},
 		Data:   append(b, attrs...),
 	})

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/marksplit/marksplit/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -50,7 +51,7 @@ func (w *Watcher) Barrier(ctx context.Context) error {
 // sendBarrier sends, on the multicast socket mc, a request whose reply
 // queues behind the events already queued there: RTM_GETLINK of index 1,
 // the loopback link every namespace has, which changes nothing.
-func sendBarrier(mc Conn, seq uint32) error {
+func sendBarrier(mc rtnl.Conn, seq uint32) error {
 	req := make([]byte, unix.SizeofIfInfomsg)
 	binary.NativeEndian.PutUint32(req[4:8], 1)
 	if _, err := mc.Send(netlink.Message{Header: netlink.Header{Type: unix.RTM_GETLINK, Flags: netlink.Request, Sequence: seq}, Data: req}); err != nil {

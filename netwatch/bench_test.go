@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/marksplit/marksplit/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -48,9 +49,9 @@ func loadRoutes(b *testing.B, ns *testNS, n int, gw netip.Addr, index uint32) {
 
 // startDump opens a socket in ns and asks it for a dump of the IPv4
 // routes.
-func startDump(b *testing.B, ns *testNS) Conn {
+func startDump(b *testing.B, ns *testNS) rtnl.Conn {
 	b.Helper()
-	c, err := ns.dialer().Dial(DialConfig{})
+	c, err := ns.dialer().Dial(rtnl.DialConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestHelperSyncRSS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	w := New(Options{Dialer: KernelDialer{NetNS: fd}})
+	w := New(Options{Dialer: kernelDialer{netns: fd}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

@@ -1,51 +1,7 @@
 package netwatch
 
-import (
-	"iter"
-	"time"
-
-	"github.com/mdlayher/netlink"
-)
-
-// Conn is the part of a *netlink.Conn that netwatch uses. The real kernel
-// and internal/nltest's fake kernel both provide it.
-type Conn interface {
-	// Execute sends a request and returns its replies; an error reply is
-	// returned as a *netlink.OpError.
-	Execute(m netlink.Message) ([]netlink.Message, error)
-	// Send sends a request without waiting, to start a dump.
-	Send(m netlink.Message) (netlink.Message, error)
-	// ReceiveIter yields the messages of one datagram, or of a whole
-	// multi-part dump; the final DONE message is not yielded.
-	ReceiveIter() iter.Seq2[netlink.Message, error]
-	// ReceiveDatagram reads one datagram, as it came, into b or, when it
-	// is longer, into a new buffer, and returns it. Dumps are read this
-	// way: a million routes arrive without a Message each.
-	ReceiveDatagram(b []byte) ([]byte, error)
-	// SetReadDeadline unblocks a pending receive.
-	SetReadDeadline(t time.Time) error
-	// PID is the socket's netlink port ID: replies to its own requests
-	// carry it.
-	PID() uint32
-	Close() error
-}
-
-// DialConfig says what kind of socket Dial opens.
-type DialConfig struct {
-	// Groups are the rtnetlink multicast groups (RTNLGRP_* numbers) to
-	// join. Empty for a request socket.
-	Groups []uint32
-	// ReadBuffer is the receive buffer size in bytes; 0 keeps the default.
-	ReadBuffer int
-}
-
-// Dialer opens rtnetlink sockets.
-type Dialer interface {
-	Dial(cfg DialConfig) (Conn, error)
-}
-
 // ownerFinder finds the process that owns a netlink port of the dialer's
-// namespace (see portOwners); a Dialer may offer one with a method
+// namespace (see portOwners); an rtnl.Dialer may offer one with a method
 // owners() ownerFinder.
 type ownerFinder interface {
 	find(port uint32) (pid int, comm string, ok bool)

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/marksplit/marksplit/internal/nltest"
+	"github.com/marksplit/marksplit/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
@@ -46,7 +46,7 @@ type fakeDialer struct {
 
 // hookConn is a request socket of a fakeDialer.
 type hookConn struct {
-	Conn
+	rtnl.Conn
 	d *fakeDialer
 }
 
@@ -60,7 +60,7 @@ func (c hookConn) ReceiveDatagram(b []byte) ([]byte, error) {
 	return dg, err
 }
 
-func (d *fakeDialer) Dial(cfg DialConfig) (Conn, error) {
+func (d *fakeDialer) Dial(cfg rtnl.DialConfig) (rtnl.Conn, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.fail != nil {
@@ -114,7 +114,7 @@ func (d *fakeDialer) multicastDials() int {
 // faultConn passes a conn through, except that the message received after
 // arm goes through the armed function first.
 type faultConn struct {
-	Conn
+	rtnl.Conn
 	fake *nltest.FakeConn
 
 	mu     sync.Mutex
@@ -145,9 +145,6 @@ func (c *faultConn) ReceiveIter() iter.Seq2[netlink.Message, error] {
 		}
 	}
 }
-
-// fastBackoff retries at once, so that reconnection tests do not wait.
-func fastBackoff() backoff.BackOff { return backoff.NewConstantBackOff(time.Millisecond) }
 
 // fakeHost is a small host: eth0 with addresses of both families, routes
 // in main and in table 900, and the mark-split rules.
@@ -283,8 +280,8 @@ func startFake(t *testing.T, k *nltest.Kernel, opts Options) (*Watcher, *fakeDia
 	t.Helper()
 	d := &fakeDialer{k: k}
 	opts.Dialer = d
-	if opts.Backoff == nil {
-		opts.Backoff = fastBackoff
+	if opts.RetryMin == 0 {
+		opts.RetryMin, opts.RetryMax = time.Millisecond, time.Millisecond
 	}
 	return startWatcher(t, opts), d
 }
@@ -691,7 +688,7 @@ func TestRunStops(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		d := &fakeDialer{k: nltest.New(), fail: errors.New("no kernel today")}
 		defer d.k.Close()
-		w, cancel, done := run(t, Options{Dialer: d, Backoff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Hour) }})
+		w, cancel, done := run(t, Options{Dialer: d, RetryMin: time.Hour, RetryMax: time.Hour})
 		waitStats(t, w, "first failure", func(s Stats) bool { return s.Reconnects == 1 })
 		if w.Synced() {
 			t.Errorf("synced without a kernel")
@@ -712,7 +709,7 @@ func TestRunStops(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		k, _ := fakeHost(t)
 		k.FailAll(unix.RTM_GETRULE, unix.EBUSY)
-		w, cancel, done := run(t, Options{Dialer: &fakeDialer{k: k}, Backoff: fastBackoff})
+		w, cancel, done := run(t, Options{Dialer: &fakeDialer{k: k}, RetryMin: time.Millisecond, RetryMax: time.Millisecond})
 		waitStats(t, w, "failing dumps", func(s Stats) bool { return s.Reconnects >= 3 })
 		stop(t, w, cancel, done)
 	})
@@ -868,7 +865,7 @@ func (m *replay) snapshot() Snapshot {
 // and the kernel's message readable.
 func TestFakeApply(t *testing.T) {
 	k, eth := fakeHost(t)
-	ap, err := DialApplier(&fakeDialer{k: k})
+	ap, err := DialApplier(Options{Dialer: &fakeDialer{k: k}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -924,7 +921,7 @@ func TestFakeApply(t *testing.T) {
 		table Table
 		mtu   uint32
 	}{{0, 900, 1355}, {0xe00, TableMain, 0}} {
-		got, err := ap.RouteGet(netip.MustParseAddr("10.1.0.9"), tc.mark)
+		got, err := RouteGet(Options{Dialer: &fakeDialer{k: k}}, netip.MustParseAddr("10.1.0.9"), tc.mark)
 		if err != nil {
 			t.Fatalf("RouteGet mark %v: %v", tc.mark, err)
 		}

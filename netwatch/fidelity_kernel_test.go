@@ -29,7 +29,7 @@ func fidelityNS(t *testing.T) (*testNS, *Watcher, *Applier) {
 	}
 	w := startWatcher(t, Options{Dialer: ns.dialer()})
 	waitSynced(t, w, 5*time.Second)
-	a, err := DialApplier(ns.dialer())
+	a, err := DialApplier(Options{Dialer: ns.dialer()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jsimonetti/rtnetlink/v2"
+	"github.com/marksplit/marksplit/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -593,7 +594,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	}); n > 0 {
 		t.Fatalf("%d setup commands failed", n)
 	}
-	c, err := ns.dialer().Dial(DialConfig{})
+	c, err := ns.dialer().Dial(rtnl.DialConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
@@ -48,7 +49,7 @@ func skipKernel(tb testing.TB, reason string) {
 // ends.
 type testNS struct {
 	name string
-	fd   int // for KernelDialer{NetNS: fd}
+	fd   int // for kernelDialer{netns: fd}
 }
 
 // newTestNS creates a network namespace with lo up.
@@ -79,7 +80,7 @@ func newTestNS(tb testing.TB) *testNS {
 	return ns
 }
 
-func (ns *testNS) dialer() KernelDialer { return KernelDialer{NetNS: ns.fd} }
+func (ns *testNS) dialer() kernelDialer { return kernelDialer{netns: ns.fd} }
 
 // ip runs ip(8) in the namespace and returns its output, failing the test
 // on error.
@@ -1353,12 +1354,12 @@ func (g *chaos) ruleDel(f Family) string {
 // joined its groups and before its first dump: a change made there is both
 // in the dump and queued as an event that is applied after it.
 type hookDialer struct {
-	KernelDialer
+	kernelDialer
 	beforeDump func()
 }
 
-func (d *hookDialer) Dial(cfg DialConfig) (Conn, error) {
-	c, err := d.KernelDialer.Dial(cfg)
+func (d *hookDialer) Dial(cfg rtnl.DialConfig) (rtnl.Conn, error) {
+	c, err := d.kernelDialer.Dial(cfg)
 	if err == nil && len(cfg.Groups) == 0 && d.beforeDump != nil {
 		d.beforeDump()
 		d.beforeDump = nil
@@ -1395,7 +1396,7 @@ func TestKernelQueuedEvents(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := newTestNS(t)
 			underlay(t, ns)
-			d := &hookDialer{KernelDialer: ns.dialer(), beforeDump: func() {
+			d := &hookDialer{kernelDialer: ns.dialer(), beforeDump: func() {
 				if n := ns.batch(t, tc.changes); n > 0 {
 					t.Errorf("%d changes failed", n)
 				}
@@ -1581,7 +1582,7 @@ func TestKernelOverflow(t *testing.T) {
 // cancelOnRoute cancels a context when its conn receives the first route
 // message: in the middle of a dump of a large table.
 type cancelOnRoute struct {
-	Conn
+	rtnl.Conn
 	fire func()
 }
 
@@ -1594,12 +1595,12 @@ func (c *cancelOnRoute) ReceiveDatagram(b []byte) ([]byte, error) {
 }
 
 type cancelDialer struct {
-	KernelDialer
+	kernelDialer
 	fire func()
 }
 
-func (d cancelDialer) Dial(cfg DialConfig) (Conn, error) {
-	c, err := d.KernelDialer.Dial(cfg)
+func (d cancelDialer) Dial(cfg rtnl.DialConfig) (rtnl.Conn, error) {
+	c, err := d.kernelDialer.Dial(cfg)
 	if err != nil || len(cfg.Groups) > 0 {
 		return c, err
 	}
@@ -1716,7 +1717,7 @@ func TestKernelLargeDatagram(t *testing.T) {
 		t.Fatalf("%d of %d altnames refused", n, len(cmds))
 	}
 
-	c, err := ns.dialer().Dial(DialConfig{})
+	c, err := ns.dialer().Dial(rtnl.DialConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

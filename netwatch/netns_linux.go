@@ -11,8 +11,9 @@ import (
 
 // NetNS is an open network namespace: a file descriptor of
 // /run/netns/NAME or /proc/PID/ns/net, which keeps the namespace alive for
-// as long as it is open. Watchers and Appliers dialed with its Dialer use
-// it while they run and while they dial: close it only after them.
+// as long as it is open. A Watcher or Applier given it in Options.NetNS
+// uses it whenever it opens a socket (a Watcher reconnects, and resyncs on
+// a new socket after an overflow): close it only after they are done.
 type NetNS struct {
 	fd int
 }
@@ -43,9 +44,6 @@ func OpenNetNS(path string) (*NetNS, error) {
 	}
 	return &NetNS{fd: fd}, nil
 }
-
-// Dialer returns a KernelDialer that opens its sockets in the namespace.
-func (n *NetNS) Dialer() KernelDialer { return KernelDialer{NetNS: n.fd} }
 
 // FD returns the namespace's file descriptor, owned by n.
 func (n *NetNS) FD() int { return n.fd }

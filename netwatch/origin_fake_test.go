@@ -78,7 +78,7 @@ func TestFakeOrigins(t *testing.T) {
 	sub := w.Subscribe(1024, nil)
 	defer sub.Close()
 	prog := newProgram(t, k)
-	ap, err := DialApplier(d)
+	ap, err := DialApplier(Options{Dialer: d})
 	if err != nil {
 		t.Fatal(err)
 	}

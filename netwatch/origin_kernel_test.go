@@ -127,7 +127,7 @@ func TestKernelOrigins(t *testing.T) {
 		}
 	}
 
-	ap, err := DialApplier(ns.dialer())
+	ap, err := DialApplier(Options{Dialer: ns.dialer()})
 	if err != nil {
 		t.Fatal(err)
 	}

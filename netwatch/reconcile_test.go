@@ -91,7 +91,7 @@ type passResult struct {
 func startReconciler(t *testing.T, k *nltest.Kernel, r *Reconciler) (<-chan passResult, *logRecorder) {
 	t.Helper()
 	w, _ := startFake(t, k, Options{})
-	a, err := DialApplier(&fakeDialer{k: k})
+	a, err := DialApplier(Options{Dialer: &fakeDialer{k: k}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,7 +484,7 @@ func waitFights(t *testing.T, mu *sync.Mutex, fights *[]Fight, n int) {
 func TestReconcilerTableNotCached(t *testing.T) {
 	k, eth := fakeHost(t)
 	w, _ := startFake(t, k, Options{RouteTables: []Table{TableMain}})
-	a, err := DialApplier(&fakeDialer{k: k})
+	a, err := DialApplier(Options{Dialer: &fakeDialer{k: k}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestKernelHotRuleDeleter(t *testing.T) {
 	ns := newTestNS(t)
 	w := startWatcher(t, Options{Dialer: ns.dialer()})
 	waitSynced(t, w, 5*time.Second)
-	ap, err := DialApplier(ns.dialer())
+	ap, err := DialApplier(Options{Dialer: ns.dialer()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -269,4 +269,3 @@ func (f tableFilter) has(t Table) bool {
 	_, ok := f.set[t]
 	return ok
 }
-

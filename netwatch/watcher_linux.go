@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/marksplit/marksplit/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -40,11 +41,13 @@ var groups = []uint32{
 // interrupted before the watcher gives up on the session and reconnects.
 const maxDumpAttempts = 10
 
-// Options configure a Watcher. The zero value watches the calling thread's
-// network namespace with the default buffer and caches every table.
+// Options configure a Watcher (and an Applier, which uses NetNS and
+// Dialer alone). The zero value watches the calling thread's network
+// namespace with the default buffer and caches every table.
 type Options struct {
-	// Dialer opens the sockets; default KernelDialer{}.
-	Dialer Dialer
+	// NetNS is the network namespace (OpenNetNS); nil means the calling
+	// thread's, as it is when New is called.
+	NetNS *NetNS
 	// ReadBuffer is the multicast socket's receive buffer in bytes;
 	// default DefaultReadBuffer.
 	ReadBuffer int
@@ -56,9 +59,14 @@ type Options struct {
 	// Logger receives the watcher's few log lines (resyncs, reconnects);
 	// default discard.
 	Logger *slog.Logger
-	// Backoff paces reconnection after a socket failure; default
-	// exponential from 100 ms to 30 s, never giving up.
-	Backoff func() backoff.BackOff
+	// RetryMin and RetryMax pace reconnection after a socket failure,
+	// doubling from RetryMin (default 100 ms) to RetryMax (30 s), for
+	// ever.
+	RetryMin, RetryMax time.Duration
+	// Dialer, when not nil, opens the sockets instead of the kernel: the
+	// seam through which this module's tests run netwatch on
+	// internal/nltest's fake kernel. Programs leave it nil.
+	Dialer rtnl.Dialer
 }
 
 // ResyncCause says why the whole cache was dumped again.
@@ -120,8 +128,8 @@ type Watcher struct {
 
 	resyncReq atomic.Bool
 	kickMu    sync.Mutex
-	kick      Conn   // the multicast conn to interrupt, while a session runs
-	kickGen   uint64 // counts the changes of kick
+	kick      rtnl.Conn // the multicast conn to interrupt, while a session runs
+	kickGen   uint64    // counts the changes of kick
 	bar       barriers
 
 	statMu sync.Mutex
@@ -136,22 +144,18 @@ type Watcher struct {
 
 // New returns a Watcher that does nothing until Run.
 func New(opts Options) *Watcher {
-	if opts.Dialer == nil {
-		opts.Dialer = KernelDialer{}
-	}
+	opts.Dialer = dialerOf(opts)
 	if opts.ReadBuffer == 0 {
 		opts.ReadBuffer = DefaultReadBuffer
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Backoff == nil {
-		opts.Backoff = func() backoff.BackOff {
-			return backoff.NewExponentialBackOff(
-				backoff.WithInitialInterval(100*time.Millisecond),
-				backoff.WithMaxInterval(30*time.Second),
-				backoff.WithMaxElapsedTime(0))
-		}
+	if opts.RetryMin <= 0 {
+		opts.RetryMin = 100 * time.Millisecond
+	}
+	if opts.RetryMax < opts.RetryMin {
+		opts.RetryMax = max(opts.RetryMin, 30*time.Second)
 	}
 	w := &Watcher{
 		opts:    opts,
@@ -233,7 +237,7 @@ func (w *Watcher) interrupt() {
 }
 
 // setKick records the session's multicast conn, nil when it ends.
-func (w *Watcher) setKick(mc Conn) {
+func (w *Watcher) setKick(mc rtnl.Conn) {
 	w.kickMu.Lock()
 	defer w.kickMu.Unlock()
 	w.kick = mc
@@ -256,7 +260,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, w.interrupt)
 	defer stop()
 
-	bo := w.opts.Backoff()
+	bo := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(w.opts.RetryMin),
+		backoff.WithMaxInterval(w.opts.RetryMax),
+		backoff.WithMaxElapsedTime(0))
 	cause := ResyncInitial
 	for {
 		err := w.session(ctx, cause, bo)
@@ -292,12 +299,12 @@ func (w *Watcher) setUnsynced() {
 
 // session runs one pair of sockets until it fails or ctx ends.
 func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.BackOff) error {
-	mc, err := w.opts.Dialer.Dial(DialConfig{Groups: groups, ReadBuffer: w.opts.ReadBuffer})
+	mc, err := w.opts.Dialer.Dial(rtnl.DialConfig{Groups: groups, ReadBuffer: w.opts.ReadBuffer})
 	if err != nil {
 		return err
 	}
 	defer func() { mc.Close() }() // mc is replaced after an overflow
-	rc, err := w.opts.Dialer.Dial(DialConfig{})
+	rc, err := w.opts.Dialer.Dial(rtnl.DialConfig{})
 	if err != nil {
 		return err
 	}
@@ -397,7 +404,7 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 			// the dump runs would be lost silently. A new socket starts
 			// empty and reports the next overflow; the dump covers what
 			// the old one held.
-			next, err := w.opts.Dialer.Dial(DialConfig{Groups: groups, ReadBuffer: w.opts.ReadBuffer})
+			next, err := w.opts.Dialer.Dial(rtnl.DialConfig{Groups: groups, ReadBuffer: w.opts.ReadBuffer})
 			if err != nil {
 				return err
 			}
@@ -454,7 +461,7 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 }
 
 // redump re-reads what pending says.
-func (w *Watcher) redump(rc Conn, pending redumps) error {
+func (w *Watcher) redump(rc rtnl.Conn, pending redumps) error {
 	if pending[0] || pending[1] {
 		if err := w.redumpRoutes(rc, pending); err != nil {
 			return err
@@ -533,7 +540,7 @@ func (w *Watcher) origin(port uint32) Origin {
 }
 
 // fullSync dumps everything into a new state and swaps it in.
-func (w *Watcher) fullSync(rc Conn, cause ResyncCause) error {
+func (w *Watcher) fullSync(rc rtnl.Conn, cause ResyncCause) error {
 	defer w.releaseDumpBuffers()
 	start := time.Now()
 	next := newState()
@@ -580,7 +587,7 @@ func (w *Watcher) fullSync(rc Conn, cause ResyncCause) error {
 
 // redumpRoutes re-reads the routes of the marked families after a change
 // the kernel makes without events.
-func (w *Watcher) redumpRoutes(rc Conn, fams redumps) error {
+func (w *Watcher) redumpRoutes(rc rtnl.Conn, fams redumps) error {
 	defer w.releaseDumpBuffers()
 	for i, f := range []Family{IPv4, IPv6} {
 		if !fams[i] {
@@ -605,7 +612,7 @@ func (w *Watcher) redumpRoutes(rc Conn, fams redumps) error {
 
 // redumpRules re-reads the rules of both families after a rule event the
 // cache could not apply unambiguously.
-func (w *Watcher) redumpRules(rc Conn) error {
+func (w *Watcher) redumpRules(rc rtnl.Conn) error {
 	defer w.releaseDumpBuffers()
 	next := newState()
 	for _, af := range []uint8{unix.AF_INET, unix.AF_INET6} {
@@ -627,7 +634,7 @@ func (w *Watcher) redumpRules(rc Conn) error {
 	return nil
 }
 
-func (w *Watcher) dumpRoutes(rc Conn, f Family, s *state) error {
+func (w *Watcher) dumpRoutes(rc rtnl.Conn, f Family, s *state) error {
 	af := uint8(unix.AF_INET)
 	if f == IPv6 {
 		af = unix.AF_INET6
@@ -644,7 +651,7 @@ func (w *Watcher) dumpRoutes(rc Conn, f Family, s *state) error {
 }
 
 // dump runs one dump into s, again while the kernel marks it interrupted.
-func (w *Watcher) dump(rc Conn, typ uint16, af uint8, t Table, s *state) error {
+func (w *Watcher) dump(rc rtnl.Conn, typ uint16, af uint8, t Table, s *state) error {
 	for attempt := 1; ; attempt++ {
 		intr, err := w.dumpOnce(rc, typ, af, t, s)
 		if err != nil || !intr {
@@ -683,7 +690,7 @@ func clearDump(typ uint16, af uint8, t Table, s *state) {
 	}
 }
 
-func (w *Watcher) dumpOnce(rc Conn, typ uint16, af uint8, t Table, s *state) (intr bool, err error) {
+func (w *Watcher) dumpOnce(rc rtnl.Conn, typ uint16, af uint8, t Table, s *state) (intr bool, err error) {
 	req, err := rc.Send(netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(typ), Flags: netlink.Request | netlink.Dump},
 		Data:   dumpRequest(typ, af, t),
@@ -938,7 +945,7 @@ func dumpRequest(typ uint16, af uint8, t Table) []byte {
 // but under the same lock. Deleting an address of a link that does not
 // exist takes the lock, so it returns after that change finished, and it
 // changes nothing (ENODEV).
-func rtnlBarrier(rc Conn) {
+func rtnlBarrier(rc rtnl.Conn) {
 	b := make([]byte, unix.SizeofIfAddrmsg)
 	b[0] = unix.AF_INET
 	binary.NativeEndian.PutUint32(b[4:8], 0x7fffffff)

@@ -66,23 +66,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 }
 
 func serve(ctx context.Context, o options, log, wlog *slog.Logger) error {
-	d := netwatch.KernelDialer{}
+	// The policy reads links, addresses, rules and its own table: the
+	// route cache holds that table alone.
+	opts := netwatch.Options{RouteTables: []netwatch.Table{o.cfg.Table}, Logger: wlog}
 	if o.netns != "" {
 		ns, err := netwatch.OpenNetNS(o.netns)
 		if err != nil {
 			return err
 		}
 		defer ns.Close() // after the watcher and the applier, which use it
-		d = ns.Dialer()
+		opts.NetNS = ns
 	}
-	a, err := netwatch.DialApplier(d)
+	a, err := netwatch.DialApplier(opts)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	// The policy reads links, addresses, rules and its own table: the
-	// route cache holds that table alone.
-	w := netwatch.New(netwatch.Options{Dialer: d, RouteTables: []netwatch.Table{o.cfg.Table}, Logger: wlog})
+	w := netwatch.New(opts)
 
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

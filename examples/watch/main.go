@@ -50,7 +50,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "watch: -buffer %d: want a positive number of bytes\n", *buf)
 		return 2
 	}
-	d := netwatch.KernelDialer{}
+	// The watcher's warnings (an overflow and the resync after it, a
+	// reconnect) go to standard error.
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opts := netwatch.Options{ReadBuffer: *buf, Logger: log}
 	if *netns != "" {
 		ns, err := netwatch.OpenNetNS(*netns)
 		if err != nil {
@@ -58,14 +61,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer ns.Close()
-		d = ns.Dialer()
+		opts.NetNS = ns
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	// The watcher's warnings (an overflow and the resync after it, a
-	// reconnect) go to standard error.
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	w := netwatch.New(netwatch.Options{Dialer: d, ReadBuffer: *buf, Logger: log})
+	w := netwatch.New(opts)
 	if err := watch(ctx, w, *once, *jsonOut, stdout); err != nil {
 		fmt.Fprintf(stderr, "watch: %v\n", err)
 		return 1

@@ -531,7 +531,12 @@ func TestKernelWatchEvents(t *testing.T) {
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	w := netwatch.New(netwatch.Options{Dialer: netwatch.KernelDialer{NetNS: ns.FD()}})
+	nns, err := netwatch.OpenNetNS(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nns.Close()
+	w := netwatch.New(netwatch.Options{NetNS: nns})
 	go func() { done <- watch(ctx, w, false, true, pw) }()
 	defer func() {
 		cancel()

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/marksplit/marksplit/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -25,7 +26,7 @@ const (
 )
 
 // FakeConn is a NETLINK_ROUTE socket on a Kernel. It has the methods of
-// netwatch.Conn; requests go through a real *netlink.Conn, so sequence
+// rtnl.Conn; requests go through a real *netlink.Conn, so sequence
 // numbers, validation of replies and error decoding are the library's own.
 type FakeConn struct {
 	nl   *netlink.Conn
@@ -328,3 +329,13 @@ func parseDatagram(b []byte) ([]netlink.Message, error) {
 }
 
 func align(n int) int { return (n + 3) &^ 3 }
+
+// Dialer returns an rtnl.Dialer that dials k: what netwatch.Options.Dialer
+// takes, to run a watcher or an applier on the fake kernel.
+func (k *Kernel) Dialer() rtnl.Dialer { return dialer{k} }
+
+type dialer struct{ k *Kernel }
+
+func (d dialer) Dial(cfg rtnl.DialConfig) (rtnl.Conn, error) {
+	return d.k.DialConn(cfg.Groups, cfg.ReadBuffer)
+}

@@ -6,14 +6,15 @@
 //
 // New returns a Kernel that looks like a fresh network namespace. Code
 // under test talks to it through FakeConns (Kernel.DialConn): sockets
-// with the methods of netwatch.Conn that carry real rtnetlink messages
+// with the methods of rtnl.Conn that carry real rtnetlink messages
 // (encoded with github.com/jsimonetti/rtnetlink/v2) through a real
 // *netlink.Conn, so the library's own sequence checks and error decoding
-// apply. This package cannot import netwatch (netwatch's tests import it),
-// so those tests adapt DialConn to netwatch.Dialer themselves. Tests build state and make "foreign" changes with the Kernel's Go
-// API (AddLink, SetLinkUp, AddRoute, DelRule, …), read it back (Links,
-// Addrs, Routes, Rules), inject faults (InjectENOBUFS, SetDumpIntr,
-// FailNext, FailAll) and inspect what was asked (Requests).
+// apply. Kernel.Dialer is what netwatch.Options.Dialer takes to run a
+// watcher or an applier on the fake. Tests build state and make "foreign"
+// changes with the Kernel's Go API (AddLink, SetLinkUp, AddRoute, DelRule,
+// …), read it back (Links, Addrs, Routes, Rules), inject faults
+// (InjectENOBUFS, SetDumpIntr, FailNext, FailAll) and inspect what was
+// asked (Requests).
 //
 // The answers were taken from a 6.18 kernel, and TestKernelFaithful checks
 // them against the running kernel by sending both the same requests. The
