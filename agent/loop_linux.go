@@ -30,18 +30,13 @@ type loop struct {
 	// onPass, when set, is told of every pass (for tests).
 	onPass func(netwatch.Pass)
 	log    *slog.Logger
-
-	// notes are mtupolicy.Notes of the last pass's view; said the ones
-	// logged. Both belong to the Reconciler's goroutine.
-	notes []string
-	said  map[string]bool
 }
 
 // newLoop returns the loop for cfg; with cleanup it wants nothing but the
 // owned scope, whatever the mode, so that every owned route and rule goes
 // and nothing else is touched (no repairs either).
 func newLoop(w *netwatch.Watcher, ap *netwatch.Applier, cfg mtupolicy.Config, cleanup bool, log *slog.Logger, emit func(string), met *metrics) *loop {
-	l := &loop{cfg: cfg, met: met, emit: emit, log: log, said: make(map[string]bool)}
+	l := &loop{cfg: cfg, met: met, emit: emit, log: log}
 	policy := l.policy
 	if cleanup {
 		policy = l.cleanup
@@ -81,7 +76,6 @@ func (l *loop) policy(v netwatch.View) (netwatch.Desired, bool) {
 	if l.cfg.Peers {
 		return l.peerPolicy(v, mode)
 	}
-	l.notes = mtupolicy.Notes(v, l.cfg, mode)
 	return mtupolicy.Desired(v, l.cfg, mode)
 }
 
@@ -97,15 +91,6 @@ func (l *loop) change(op netwatch.Op, line string) {
 
 func (l *loop) pass(p netwatch.Pass) {
 	l.met.pass(p, l.r.Converged())
-	// Each note once, for as long as it holds.
-	now := make(map[string]bool, len(l.notes))
-	for _, n := range l.notes {
-		now[n] = true
-		if !l.said[n] {
-			l.log.Warn(n)
-		}
-	}
-	l.said = now
 	if l.onPass != nil {
 		l.onPass(p)
 	}

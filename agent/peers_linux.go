@@ -60,13 +60,11 @@ func (l *loop) peersKnown() bool { return l.peers.Load() != nil }
 func (l *loop) peerPolicy(v netwatch.View, mode mtupolicy.Mode) (netwatch.Desired, bool) {
 	ps := l.peers.Load()
 	if mode == mtupolicy.ModeOff || ps == nil {
-		l.notes = nil
 		if mode != mtupolicy.ModeOff {
 			return netwatch.Desired{}, false
 		}
 		return mtupolicy.DesiredPeers(v, l.cfg, mode, nil)
 	}
-	l.notes = mtupolicy.PeerNotes(v, l.cfg, mode, ps.addrs)
 	return mtupolicy.DesiredPeers(v, l.cfg, mode, ps.addrs)
 }
 

@@ -47,7 +47,7 @@ func TestKernelTunnelDown(t *testing.T) {
 	s.unsplit(t)
 	s.pathIs(t, "10.0.0.9", false, "main", "1450")
 	var notes []string
-	s.w.Read(func(v netwatch.View) { notes = mtupolicy.Notes(v, s.cfg, mtupolicy.ModeOn) })
+	s.w.Read(func(v netwatch.View) { d, _ := mtupolicy.Desired(v, s.cfg, mtupolicy.ModeOn); notes = d.Notes })
 	if len(notes) != 1 || !strings.Contains(notes[0], "tunnel link cilium_wg0 is down") {
 		t.Errorf("notes %q, want the tunnel down", notes)
 	}
@@ -57,7 +57,7 @@ func TestKernelTunnelDown(t *testing.T) {
 }
 
 // A tunnel below IPv6's minimum of 1280: IPv4 is split at the tunnel MTU,
-// IPv6 not at all (no route, no rule), and Notes says so.
+// IPv6 not at all (no route, no rule), and a note says so.
 func TestKernelTunnelBelowIPv6Minimum(t *testing.T) {
 	s := newKSeed(t, false)
 	s.gw.IP(t, "addr", "add", "fd00::1/64", "dev", "gw0", "nodad")
@@ -76,7 +76,7 @@ func TestKernelTunnelBelowIPv6Minimum(t *testing.T) {
 		t.Errorf("IPv6 rule at 900: %q", out)
 	}
 	var notes []string
-	s.w.Read(func(v netwatch.View) { notes = mtupolicy.Notes(v, s.cfg, mtupolicy.ModeOn) })
+	s.w.Read(func(v netwatch.View) { d, _ := mtupolicy.Desired(v, s.cfg, mtupolicy.ModeOn); notes = d.Notes })
 	if len(notes) != 1 || !strings.Contains(notes[0], "below the family's minimum 1280: inet6 is not split") {
 		t.Errorf("notes %q, want IPv6 below its minimum", notes)
 	}

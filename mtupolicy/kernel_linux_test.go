@@ -240,6 +240,14 @@ func waitMarker(t *testing.T, w *netwatch.Watcher, table uint32) {
 			}
 		})
 		if seen {
+			// The marker's event is in; a re-dump that an earlier change
+			// asked for may not be (a link's flushed routes): Barrier
+			// waits for it.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := w.Barrier(ctx); err != nil {
+				t.Fatalf("Barrier: %v", err)
+			}
 			return
 		}
 		select {

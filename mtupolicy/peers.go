@@ -32,14 +32,13 @@ import (
 //     by the link, scope link), output link, scope and route flags; src
 //     from the path's prefsrc, else the output link's primary address whose
 //     subnet holds a, else as Desired chooses (gateway's subnet, first
-//     global); MTU TableMTU(tunnel, output link); metric 0 (IPv4) or 1024
-//     (IPv6, the kernel's default: 0 is not a key it keeps); type unicast,
-//     cfg.Protocol.
+//     global); MTU TableMTU(tunnel, output link); metric 0 (IPv6: the
+//     kernel's default, 1024, as Plan takes it); type unicast, cfg.Protocol.
 //   - No host route when the path is not a single-path unicast route out of
 //     a link of its own (multipath, nexthop object, blackhole, unreachable,
 //     prohibit, throw), leaves by the tunnel link, has a gateway of the
 //     other family, or there is no path at all: such a peer keeps whatever
-//     the main table gives it (PeerNotes names the multipath routes). None
+//     the main table gives it (a note names the multipath routes). None
 //     for an address of this host either (the local table answers first),
 //     nor a link-local or multicast one (Cilium encrypts neither).
 //   - A throw route in cfg.Table for each main route with a TOS or a source
@@ -67,43 +66,28 @@ func DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (d
 	})
 }
 
-// PeerNotes is Notes for DesiredPeers: the tunnel's notes, and one line per
-// main route that peers are reached through but that has no single path to
-// copy (multipath or a nexthop object), so those peers keep the interface
-// MTU. The agent logs each once.
-func PeerNotes(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) []string {
-	notes := Notes(v, cfg, mode)
-	if !cfg.Peers || mode != ModeOn || !v.Synced() || cfg.Validate() != nil {
-		return notes
-	}
-	tun, ok := v.LinkByName(cfg.TunnelLink)
-	if !ok || !tun.Up() || tun.MTU == 0 {
-		return notes
-	}
-	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
-		if tun.MTU < MinMTU(f) {
+// peerNotes adds to d a note per main route that peers of family f are
+// reached through but that has no single path to copy (multipath or a
+// nexthop object): those peers keep the interface MTU.
+func peerNotes(idx mainIndex, f netwatch.Family, peers []netip.Addr, d *netwatch.Desired) {
+	noted := make(map[netwatch.RouteKey]bool)
+	for _, a := range peers {
+		if a = a.Unmap(); netwatch.FamilyOf(a) != f || !a.IsValid() {
 			continue
 		}
-		idx := newMainIndex(v, f)
-		noted := make(map[netwatch.RouteKey]bool)
-		for _, a := range peers {
-			if a = a.Unmap(); netwatch.FamilyOf(a) != f || !a.IsValid() {
-				continue
-			}
-			if path, ok := idx.lookup(a); ok && (path.NextHops != nil || path.NHID != 0) && !noted[path.Key()] {
-				noted[path.Key()] = true
-				notes = append(notes, fmt.Sprintf("%v: peers reached through main route %v keep the interface MTU: it has no single path to copy (multipath or a nexthop object)",
-					f, path.Dst))
-			}
+		if path, ok := idx.lookup(a); ok && (path.NextHops != nil || path.NHID != 0) && !noted[path.Key()] {
+			noted[path.Key()] = true
+			d.Notes = append(d.Notes, fmt.Sprintf("%v: peers reached through main route %v keep the interface MTU: it has no single path to copy (multipath or a nexthop object)",
+				f, path.Dst))
 		}
 	}
-	return notes
 }
 
 // peerFamily adds to d the host routes, throws, rule and repairs of family
 // f.
 func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link, peers []netip.Addr, d *netwatch.Desired) {
 	idx := newMainIndex(v, f)
+	peerNotes(idx, f, peers, d)
 	srcs := newSources(v, f)
 	first, n := len(d.Routes), 0
 	for _, a := range peers {
@@ -137,7 +121,6 @@ func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 			Family:   f,
 			Table:    c.Table,
 			Dst:      dst,
-			Metric:   hostMetric(f),
 			Gateway:  path.Gateway,
 			Index:    path.Index,
 			PrefSrc:  srcs.of(path, a),
@@ -219,7 +202,7 @@ func newSources(v netwatch.View, f netwatch.Family) *sources {
 			continue
 		}
 		s.local[ip] = true
-		if a.Flags&(ifaSecondary|ifaDADFailed|ifaTentative) == 0 && a.Scope == netwatch.ScopeUniverse && !ip.IsLinkLocalUnicast() {
+		if a.Usable() && a.Flags&netwatch.AddrSecondary == 0 && a.Scope == netwatch.ScopeUniverse && !ip.IsLinkLocalUnicast() {
 			s.byLink[a.Index] = append(s.byLink[a.Index], a)
 		}
 	}
@@ -305,12 +288,4 @@ func (idx mainIndex) lookup(a netip.Addr) (netwatch.Route, bool) {
 		}
 	}
 	return netwatch.Route{}, false
-}
-
-// hostMetric is the metric of a host route: 0, which IPv6 stores as 1024.
-func hostMetric(f netwatch.Family) uint32 {
-	if f == netwatch.IPv6 {
-		return 1024
-	}
-	return 0
 }

@@ -27,12 +27,6 @@ func BenchmarkDesiredPeers5000(b *testing.B) {
 			mtupolicy.DesiredPeers(v, peerConfig(), mtupolicy.ModeOn, peers)
 		}
 	})
-	b.Run("PeerNotes", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			mtupolicy.PeerNotes(v, peerConfig(), mtupolicy.ModeOn, peers)
-		}
-	})
 	b.Run("Plan", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

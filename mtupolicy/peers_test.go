@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"pgregory.net/rapid"
 
 	"github.com/marksplit/marksplit/mtupolicy"
@@ -29,9 +30,6 @@ func host(dst string, f func(*netwatch.Route)) netwatch.Route {
 	a := addr(dst)
 	r := netwatch.Route{Family: netwatch.FamilyOf(a), Table: 900, Dst: netip.PrefixFrom(a, a.BitLen()), MTU: 1355,
 		Protocol: mtupolicy.DefaultProtocol, Type: netwatch.RouteUnicast}
-	if r.Family == netwatch.IPv6 {
-		r.Metric = 1024
-	}
 	f(&r)
 	return r
 }
@@ -50,7 +48,8 @@ var (
 	hPublic = host("203.0.113.7", func(r *netwatch.Route) {
 		r.Index, r.PrefSrc, r.Scope = idxEth, addr("203.0.113.10"), netwatch.ScopeLink
 	})
-	// IPv6 on link: metric 1024, the link's global address.
+	// IPv6 on link: metric 0 (the kernel's 1024, to Plan), the link's
+	// global address.
 	hPeer6 = host("2001:db8::9", func(r *netwatch.Route) { r.Index, r.PrefSrc = idxEnp, addr("2001:db8::5") })
 	// IPv6 beyond the default route via fe80::1 dev eth0, which has no
 	// IPv6 address: the kernel chooses the source.
@@ -175,7 +174,7 @@ func TestDesiredPeers(t *testing.T) {
 				hPeer9,
 				{Family: netwatch.IPv4, Table: 900, Dst: pfx("10.0.0.9/32"), TOS: 0x10, Protocol: mtupolicy.DefaultProtocol, Type: netwatch.RouteThrow},
 				hPeer6,
-				{Family: netwatch.IPv6, Table: 900, Dst: pfx("2001:db8::9/128"), Src: pfx("2001:db8:1::/64"), Metric: 1024, Index: idxLo,
+				{Family: netwatch.IPv6, Table: 900, Dst: pfx("2001:db8::9/128"), Src: pfx("2001:db8:1::/64"), Index: idxLo,
 					Protocol: mtupolicy.DefaultProtocol, Type: netwatch.RouteThrow},
 			}},
 		},
@@ -241,7 +240,8 @@ func TestDesiredPeers(t *testing.T) {
 			if !ok {
 				t.Fatal("DesiredPeers: not ok")
 			}
-			if diff := cmp.Diff(tt.want, d, cmpNet); diff != "" {
+			// Notes have a test of their own (TestPeerNotes).
+			if diff := cmp.Diff(tt.want, d, cmpNet, cmpopts.IgnoreFields(netwatch.Desired{}, "Notes")); diff != "" {
 				t.Errorf("DesiredPeers (-want +got):\n%s", diff)
 			}
 			// Plan accepts it, and one pass converges.
@@ -342,7 +342,10 @@ func TestPeersAfterPrefixMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []netwatch.Op{replace(hPeer9), replace(hPeer6), routeDel(tNodeNet), routeDel(tNodeGW), routeDel(tNodeNet6)}
+	// Plan installs the IPv6 route at the metric the kernel gives it.
+	peer6 := hPeer6
+	peer6.Metric = netwatch.IPv6DefaultMetric
+	want := []netwatch.Op{replace(hPeer9), replace(peer6), routeDel(tNodeNet), routeDel(tNodeGW), routeDel(tNodeNet6)}
 	if diff := cmp.Diff(want, ops, cmpNet); diff != "" {
 		t.Errorf("Plan (-want +got):\n%s", diff)
 	}
@@ -379,16 +382,20 @@ func TestPeerNotes(t *testing.T) {
 	s.Routes = append(s.Routes, netwatch.Route{Family: netwatch.IPv4, Table: netwatch.TableMain, Dst: pfx("10.8.0.0/16"),
 		Protocol: netwatch.ProtoStatic, Type: netwatch.RouteUnicast,
 		NextHops: []netwatch.NextHop{{Gateway: addr("10.0.0.1"), Index: idxEnp, Weight: 1}, {Gateway: addr("10.0.0.2"), Index: idxEnp, Weight: 1}}})
-	got := mtupolicy.PeerNotes(s.View(), peerConfig(), mtupolicy.ModeOn, peerAddrs("10.8.0.1", "10.8.0.2", "10.0.0.9"))
+	notes := func(s netwatch.Snapshot, peers []netip.Addr) []string {
+		d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peers)
+		return d.Notes
+	}
+	got := notes(s, peerAddrs("10.8.0.1", "10.8.0.2", "10.0.0.9"))
 	want := []string{"inet: peers reached through main route 10.8.0.0/16 keep the interface MTU: it has no single path to copy (multipath or a nexthop object)"}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("PeerNotes (-want +got):\n%s", diff)
+		t.Errorf("notes (-want +got):\n%s", diff)
 	}
 	i := slices.IndexFunc(s.Links, func(l netwatch.Link) bool { return l.Index == idxWG })
 	s.Links[i].Flags = 0
-	got = mtupolicy.PeerNotes(s.View(), peerConfig(), mtupolicy.ModeOn, peerAddrs("10.8.0.1"))
+	got = notes(s, peerAddrs("10.8.0.1"))
 	if len(got) != 1 || !strings.Contains(got[0], "is down") {
-		t.Errorf("PeerNotes with the tunnel down: %q", got)
+		t.Errorf("notes with the tunnel down: %q", got)
 	}
 }
 

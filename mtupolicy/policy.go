@@ -1,7 +1,6 @@
 package mtupolicy
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -73,11 +72,10 @@ func (m Mode) String() string {
 // destination equals or lies inside one of cfg.Prefixes, or its output
 // link is cfg.UnderlayLink.
 //
-// Metrics: a table route keeps its main route's metric (an IPv6 metric 0
-// is what the kernel stores as 1024). Keys then map one to one, so two main
-// routes to one destination with different metrics (a primary and a
-// backup path) keep their order in the table, and a key stays put as long
-// as the main route does.
+// Metrics: a table route keeps its main route's metric. Keys then map one
+// to one, so two main routes to one destination with different metrics (a
+// primary and a backup path) keep their order in the table, and a key
+// stays put as long as the main route does.
 //
 // Multipath routes (RTA_MULTIPATH or a nexthop object) are not split and
 // not repaired: their paths may leave through different links with
@@ -96,49 +94,36 @@ func Desired(v netwatch.View, cfg Config, mode Mode) (d netwatch.Desired, ok boo
 
 // desired is what Desired and DesiredPeers share: nothing unless the mode
 // is known, v synced and c valid; the owned scope; and, on, split for each
-// family the tunnel link is up and large enough for.
+// family the tunnel link is up and large enough for, with a note (logged
+// once by the Reconciler) for each reason it splits nothing, or nothing of
+// a family: the tunnel link is missing or down, or its MTU is below a
+// family's minimum.
 func (c Config) desired(v netwatch.View, mode Mode, split func(netwatch.View, netwatch.Family, netwatch.Link, *netwatch.Desired)) (d netwatch.Desired, ok bool) {
 	if mode != ModeOn && mode != ModeOff || !v.Synced() || c.Validate() != nil {
 		return netwatch.Desired{}, false
 	}
-	d.Own = c.owned()
+	d.Own = netwatch.Own(c.Table, c.Priority)
 	if mode == ModeOff {
 		return d, true
 	}
 	tun, ok := v.LinkByName(c.TunnelLink)
-	if !ok || !tun.Up() || tun.MTU == 0 {
+	switch {
+	case !ok:
+		d.Notes = []string{"tunnel link " + c.TunnelLink + " does not exist: nothing is split"}
+		return d, true
+	case !tun.Up() || tun.MTU == 0:
+		d.Notes = []string{"tunnel link " + c.TunnelLink + " is down: nothing is split"}
 		return d, true
 	}
 	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
-		if tun.MTU >= MinMTU(f) {
-			split(v, f, tun, &d)
+		if min := MinMTU(f); tun.MTU < min {
+			d.Notes = append(d.Notes, fmt.Sprintf("%v: tunnel link %s's MTU %d is below the family's minimum %d: %v is not split",
+				f, tun.Name, tun.MTU, min, f))
+			continue
 		}
+		split(v, f, tun, &d)
 	}
 	return d, true
-}
-
-// Notes says, in a line each, why Desired splits nothing, or nothing of a
-// family, when it would split otherwise: the tunnel link is missing or
-// down, or its MTU is below a family's minimum. The agent logs each once.
-func Notes(v netwatch.View, cfg Config, mode Mode) []string {
-	if mode != ModeOn || !v.Synced() || cfg.Validate() != nil {
-		return nil
-	}
-	tun, ok := v.LinkByName(cfg.TunnelLink)
-	switch {
-	case !ok:
-		return []string{"tunnel link " + cfg.TunnelLink + " does not exist: nothing is split"}
-	case !tun.Up():
-		return []string{"tunnel link " + cfg.TunnelLink + " is down: nothing is split"}
-	}
-	var notes []string
-	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
-		if min := MinMTU(f); tun.MTU < min {
-			notes = append(notes, fmt.Sprintf("%v: tunnel link %s's MTU %d is below the family's minimum %d: %v is not split",
-				f, tun.Name, tun.MTU, min, f))
-		}
-	}
-	return notes
 }
 
 // MinMTU is the smallest MTU a family allows: 1280 for IPv6 (RFC 8200), 68
@@ -173,19 +158,6 @@ func repair(r netwatch.Route) netwatch.Route {
 	return r
 }
 
-func (c Config) owned() netwatch.Owned {
-	return netwatch.Owned{
-		Tables: []netwatch.OwnedTable{
-			{Family: netwatch.IPv4, Table: c.Table},
-			{Family: netwatch.IPv6, Table: c.Table},
-		},
-		Priorities: []netwatch.OwnedPriority{
-			{Family: netwatch.IPv4, Priority: c.Priority},
-			{Family: netwatch.IPv6, Priority: c.Priority},
-		},
-	}
-}
-
 // rule is the rule for family f exactly as the kernel reports it back:
 // FRA_SUPPRESS_PREFIXLEN comes back as -1, which is unset.
 func (c Config) rule(f netwatch.Family) netwatch.Rule {
@@ -211,7 +183,7 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 			mains = append(mains, v.Route(k)[0])
 		}
 	}
-	slices.SortFunc(mains, compareRoutes)
+	slices.SortFunc(mains, func(a, b netwatch.Route) int { return a.Key().Compare(b.Key()) })
 
 	var split, rest []netwatch.Route
 	keys := make(map[netwatch.RouteKey]bool)
@@ -227,7 +199,7 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 			Dst:      r.Dst,
 			Src:      r.Src,
 			TOS:      r.TOS,
-			Metric:   metric(r),
+			Metric:   r.Metric,
 			Gateway:  r.Gateway,
 			Index:    r.Index,
 			PrefSrc:  prefSrc(v, r),
@@ -237,10 +209,7 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 			Type:     netwatch.RouteUnicast,
 			Flags:    r.Flags &^ netwatch.KernelRouteFlags,
 		}
-		if keys[t.Key()] {
-			continue // an IPv6 metric 0 next to 1024: the first wins
-		}
-		keys[t.Key()] = true
+		keys[t.Key()] = true // one per main key, which are unique
 		split = append(split, t)
 		if c.Repair && r.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU {
 			d.Repairs = append(d.Repairs, repair(r))
@@ -258,7 +227,7 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 			Dst:      m.Dst,
 			Src:      m.Src,
 			TOS:      m.TOS,
-			Metric:   metric(m),
+			Metric:   m.Metric,
 			Protocol: c.Protocol,
 			Scope:    netwatch.ScopeUniverse,
 			Type:     netwatch.RouteThrow,
@@ -318,33 +287,19 @@ func unencrypted(dst netip.Prefix) bool {
 	return slices.ContainsFunc(unencryptedRanges, func(p netip.Prefix) bool { return covers(p, dst) })
 }
 
-func metric(r netwatch.Route) uint32 {
-	if r.Family == netwatch.IPv6 && r.Metric == 0 {
-		return 1024
-	}
-	return r.Metric
-}
-
-// Address flags that disqualify an address as a route's source.
-const (
-	ifaSecondary = 0x01 // IFA_F_SECONDARY; IFA_F_TEMPORARY in IPv6
-	ifaDADFailed = 0x08 // IFA_F_DADFAILED
-	ifaTentative = 0x40 // IFA_F_TENTATIVE
-)
-
 // prefSrc returns the source address for the table route made from r: its
 // own prefsrc, else the output link's primary address of r's family inside
 // r's destination, else the one whose subnet holds the gateway, else the
-// first global one. Lowest first; none (the kernel chooses) when the link
-// has no usable address.
+// first global one, in View.SourceAddrs's order; none (the kernel chooses)
+// when the link has no usable address (netwatch.Addr.Usable).
 func prefSrc(v netwatch.View, r netwatch.Route) netip.Addr {
 	if r.PrefSrc.IsValid() {
 		return r.PrefSrc
 	}
 	var inDst, byGW, global netip.Addr
-	for a := range v.Addrs(r.Index) {
-		ip := a.Prefix.Addr().Unmap()
-		if ip.Is4() != (r.Family == netwatch.IPv4) || a.Flags&(ifaSecondary|ifaDADFailed|ifaTentative) != 0 {
+	for _, a := range v.SourceAddrs(r.Index, r.Family) {
+		ip := a.Prefix.Addr()
+		if a.Flags&netwatch.AddrSecondary != 0 {
 			continue
 		}
 		if !inDst.IsValid() && r.Dst.Contains(ip) {
@@ -371,18 +326,10 @@ func prefSrc(v netwatch.View, r netwatch.Route) netip.Addr {
 
 // loopback returns the index of the loopback link, or 0.
 func loopback(v netwatch.View) uint32 {
-	const iffLoopback = 0x8
 	for l := range v.Links() {
-		if l.Flags&iffLoopback != 0 || l.Name == "lo" {
+		if l.Flags&netwatch.LinkLoopback != 0 || l.Name == "lo" {
 			return l.Index
 		}
 	}
 	return 0
-}
-
-func compareRoutes(a, b netwatch.Route) int {
-	return cmp.Or(
-		a.Dst.Addr().Compare(b.Dst.Addr()), cmp.Compare(a.Dst.Bits(), b.Dst.Bits()),
-		a.Src.Addr().Compare(b.Src.Addr()), cmp.Compare(a.Src.Bits(), b.Src.Bits()),
-		cmp.Compare(a.TOS, b.TOS), cmp.Compare(a.Metric, b.Metric))
 }

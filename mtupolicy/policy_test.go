@@ -42,12 +42,6 @@ const (
 	idxCHost = 5 // cilium_host
 )
 
-const (
-	iffUp      = 0x1
-	iffLoop    = 0x8
-	iffLowerUp = 0x10000
-)
-
 // Main-table routes of the fixture node.
 var (
 	defaultV4 = netwatch.Route{Family: netwatch.IPv4, Table: netwatch.TableMain, Dst: pfx("0.0.0.0/0"),
@@ -93,10 +87,10 @@ var (
 // node is an encrypting Cilium node whose main route to the node network
 // was lowered to the tunnel MTU by the old approach. Nothing is split yet.
 func node() netwatch.Snapshot {
-	up := uint32(iffUp | iffLowerUp)
+	up := netwatch.LinkUp | netwatch.LinkLowerUp
 	s := netwatch.Snapshot{
 		Links: []netwatch.Link{
-			{Index: idxLo, Name: "lo", MTU: 65536, Flags: up | iffLoop},
+			{Index: idxLo, Name: "lo", MTU: 65536, Flags: up | netwatch.LinkLoopback},
 			{Index: idxEnp, Name: "enp7s0", MTU: 1450, Flags: up},
 			{Index: idxWG, Name: "cilium_wg0", MTU: 1355, Flags: up, Kind: "wireguard"},
 			{Index: idxEth, Name: "eth0", MTU: 1500, Flags: up},
@@ -408,7 +402,7 @@ func TestCase07InterfaceBounce(t *testing.T) {
 	settled(t, down, config(), mtupolicy.ModeOn)
 
 	up := clone(down)
-	up.Links[link].Flags = iffUp | iffLowerUp
+	up.Links[link].Flags = netwatch.LinkUp | netwatch.LinkLowerUp
 	up.Routes = append(up.Routes, with(nodeNet, func(r *netwatch.Route) { r.MTU = 0 }), nodeGW, nodeNet6, linkLocal6)
 	ops, up = pass(t, up, config(), mtupolicy.ModeOn)
 	want := []netwatch.Op{replace(tNodeGW), replace(tNodeNet), replace(tNodeNet6), ruleAdd(rule4), ruleAdd(rule6)}
@@ -634,7 +628,7 @@ func TestCase12KernelFlags(t *testing.T) {
 		t.Run("flags "+flagNames(flags), func(t *testing.T) {
 			// enp7s0 lost carrier: the kernel flags every route out of it.
 			s := node()
-			s.Links[index(t, s.Links, func(l netwatch.Link) bool { return l.Index == idxEnp })].Flags = iffUp
+			s.Links[index(t, s.Links, func(l netwatch.Link) bool { return l.Index == idxEnp })].Flags = netwatch.LinkUp
 			for i, r := range s.Routes {
 				if r.Index == idxEnp {
 					s.Routes[i].Flags |= flags
@@ -781,8 +775,8 @@ func TestSelection(t *testing.T) {
 				{Family: netwatch.IPv6, Table: 900, Dst: pfx("2001:db8::/48"), Metric: 256, Index: idxEnp, PrefSrc: addr("2001:db8::5"), MTU: 1355, Protocol: 109, Type: netwatch.RouteUnicast},
 				{Family: netwatch.IPv6, Table: 900, Dst: pfx("2001:db8:0:7::/64"), Metric: 256, Index: idxLo, Protocol: 109, Type: netwatch.RouteThrow},
 			}},
-		{name: "an IPv6 metric 0 is 1024", main: []netwatch.Route{with(nodeNet6, func(r *netwatch.Route) { r.Metric = 0 })},
-			want: []netwatch.Route{with(tNodeNet6, func(r *netwatch.Route) { r.Metric = 1024 })}},
+		{name: "an IPv6 metric 0 stays 0 (Plan installs it at 1024)", main: []netwatch.Route{with(nodeNet6, func(r *netwatch.Route) { r.Metric = 0 })},
+			want: []netwatch.Route{with(tNodeNet6, func(r *netwatch.Route) { r.Metric = 0 })}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -24,15 +24,15 @@ type world struct {
 }
 
 func drawWorld(t *rapid.T) world {
-	up := uint32(iffUp | iffLowerUp)
+	up := netwatch.LinkUp | netwatch.LinkLowerUp
 	enpFlags := up
 	if rapid.IntRange(0, 4).Draw(t, "enpNoCarrier") == 0 {
-		enpFlags = iffUp // linkdown routes
+		enpFlags = netwatch.LinkUp // linkdown routes
 	}
 	tunMTU := rapid.SampledFrom([]uint32{1355, 1420, 1405}).Draw(t, "tunnelMTU")
 	s := netwatch.Snapshot{
 		Links: []netwatch.Link{
-			{Index: idxLo, Name: "lo", MTU: 65536, Flags: up | iffLoop},
+			{Index: idxLo, Name: "lo", MTU: 65536, Flags: up | netwatch.LinkLoopback},
 			{Index: idxEnp, Name: "enp7s0", MTU: rapid.SampledFrom([]uint32{1450, 1500, 9000}).Draw(t, "enpMTU"), Flags: enpFlags},
 			{Index: idxEth, Name: "eth0", MTU: 1500, Flags: up},
 			{Index: idxCHost, Name: "cilium_host", MTU: 1450, Flags: up},

@@ -54,7 +54,7 @@ func (k *kernel) link(index uint32) (netwatch.Link, bool) {
 
 func (k *kernel) loopback() uint32 {
 	for _, l := range k.s.Links {
-		if l.Flags&0x8 != 0 {
+		if l.Flags&netwatch.LinkLoopback != 0 {
 			return l.Index
 		}
 	}

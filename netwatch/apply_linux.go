@@ -96,10 +96,10 @@ func (a *Applier) do(op Op) (already bool, err error) {
 		typ, ok = unix.RTM_DELRULE, []unix.Errno{unix.ENOENT}
 		data, err = encodeRule(op.Rule)
 	default:
-		return false, fmt.Errorf("netwatch: apply: unknown operation %v", op.Kind)
+		return false, &ApplyError{Op: op, Err: errors.New("unknown operation")}
 	}
 	if err != nil {
-		return false, fmt.Errorf("netwatch: %v %s: encode: %w", op.Kind, opObject(op), err)
+		return false, &ApplyError{Op: op, Err: fmt.Errorf("encode: %w", err)}
 	}
 	_, err = a.c.Execute(netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(typ), Flags: flags}, Data: data})
 	if err == nil {
@@ -110,30 +110,50 @@ func (a *Applier) do(op Op) (already bool, err error) {
 			return true, nil
 		}
 	}
-	return false, fmt.Errorf("netwatch: %v %s: %w", op.Kind, opObject(op), withMessage(err))
+	return false, &ApplyError{Op: op, Err: withMessage(err)}
 }
 
-func opObject(op Op) string {
-	if op.Kind == RuleAdd || op.Kind == RuleDelete {
-		return "rule " + op.Rule.String()
+// ApplyError is the error of an operation the kernel refused, or that
+// could not be put into a request. Err matches the kernel's errno with
+// errors.Is (unix.EEXIST, unix.ENETUNREACH, …) and carries the kernel's
+// own explanation, when it gave one, in its text.
+type ApplyError struct {
+	Op  Op
+	Err error
+}
+
+// Error names the operation as String does, with link indexes; the
+// Reconciler logs failures with link names.
+func (e *ApplyError) Error() string {
+	obj := "rule " + e.Op.Rule.String()
+	if e.Op.Kind == RouteReplace || e.Op.Kind == RouteDelete {
+		obj = e.Op.Route.Family.String() + " route " + e.Op.Route.String()
 	}
-	return op.Route.Family.String() + " route " + op.Route.String()
+	return "netwatch: " + e.Op.Kind.String() + " " + obj + ": " + e.Err.Error()
 }
 
-// kernelError keeps the errno matchable and puts the kernel's
-// extended-ack text in the message.
+func (e *ApplyError) Unwrap() error { return e.Err }
+
+// kernelError is the kernel's refusal: its errno, and the extended-ack
+// text when it gave one ("operation not permitted (kernel: …)"). It
+// unwraps to the *netlink.OpError, so errors.Is finds the errno.
 type kernelError struct {
-	msg string
-	err error
+	op *netlink.OpError
 }
 
-func (e *kernelError) Error() string { return e.err.Error() + " (kernel: " + e.msg + ")" }
-func (e *kernelError) Unwrap() error { return e.err }
+func (e *kernelError) Error() string {
+	if e.op.Message == "" {
+		return e.op.Err.Error()
+	}
+	return e.op.Err.Error() + " (kernel: " + e.op.Message + ")"
+}
+
+func (e *kernelError) Unwrap() error { return e.op }
 
 func withMessage(err error) error {
 	var oe *netlink.OpError
-	if errors.As(err, &oe) && oe.Message != "" {
-		return &kernelError{msg: oe.Message, err: err}
+	if errors.As(err, &oe) && oe.Err != nil {
+		return &kernelError{oe}
 	}
 	return err
 }

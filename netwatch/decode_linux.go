@@ -103,7 +103,7 @@ func decodeLink(b []byte) (Link, error) {
 	}
 	l := Link{
 		Index: binary.NativeEndian.Uint32(b[4:8]),
-		Flags: binary.NativeEndian.Uint32(b[8:12]),
+		Flags: LinkFlags(binary.NativeEndian.Uint32(b[8:12])),
 	}
 	if l.Index == 0 {
 		return Link{}, malformed("link index 0")
@@ -150,7 +150,7 @@ func decodeAddr(b []byte) (Addr, error) {
 		return Addr{}, errSkip
 	}
 	bits := int(b[1])
-	ad := Addr{Flags: uint32(b[2]), Scope: Scope(b[3]), Index: binary.NativeEndian.Uint32(b[4:8])}
+	ad := Addr{Flags: AddrFlags(b[2]), Scope: Scope(b[3]), Index: binary.NativeEndian.Uint32(b[4:8])}
 	var local, address netip.Addr
 	a := attrs{b: b[unix.SizeofIfAddrmsg:]}
 	var err error
@@ -163,7 +163,9 @@ func decodeAddr(b []byte) (Addr, error) {
 		case unix.IFA_LABEL:
 			ad.Label = a.str()
 		case unix.IFA_FLAGS:
-			ad.Flags, err = a.u32()
+			var v uint32
+			v, err = a.u32()
+			ad.Flags = AddrFlags(v)
 		}
 	}
 	if err == nil {

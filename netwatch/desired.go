@@ -12,6 +12,22 @@ type Owned struct {
 	Priorities []OwnedPriority
 }
 
+// Own returns the scope most policies own: table and priority, in both
+// families. A zero table or priority is left out, for a policy that owns
+// only rules or only routes.
+func Own(table Table, priority uint32) Owned {
+	var o Owned
+	for _, f := range []Family{IPv4, IPv6} {
+		if table != TableUnspec {
+			o.Tables = append(o.Tables, OwnedTable{f, table})
+		}
+		if priority != 0 {
+			o.Priorities = append(o.Priorities, OwnedPriority{f, priority})
+		}
+	}
+	return o
+}
+
 // OwnedTable is a routing table of one family.
 type OwnedTable struct {
 	Family Family
@@ -36,6 +52,13 @@ type Desired struct {
 	// the same key is replaced by the one given, if it exists and differs.
 	// A repair never creates a route and never removes one.
 	Repairs []Route
+	// Notes say, a line each, why the policy wants less than it could:
+	// "link wg0 not found" for a policy that acts on wg0. Plan ignores
+	// them; the Reconciler logs each at Warn when it first appears, and
+	// again only after a pass without it. A note should name what is
+	// missing, not the time, so that it stays the same line while it
+	// holds.
+	Notes []string
 }
 
 // OpKind is what an operation does.

@@ -183,10 +183,10 @@ type fakeState struct {
 func fakeStateOf(k *nltest.Kernel) fakeState {
 	var s fakeState
 	for _, l := range k.Links() {
-		s.Links = append(s.Links, fmt.Sprintf("%d %s kind=%q mtu=%d flags=%#x oper=%d", l.Index, l.Name, l.Kind, l.MTU, l.Flags, l.OperState))
+		s.Links = append(s.Links, fmt.Sprintf("%d %s kind=%q mtu=%d flags=%#x oper=%d", l.Index, l.Name, l.Kind, l.MTU, uint32(l.Flags), l.OperState))
 	}
 	for _, a := range k.Addrs() {
-		s.Addrs = append(s.Addrs, fmt.Sprintf("%d %v scope=%d flags=%#x label=%q", a.Index, a.Prefix, a.Scope, a.Flags, a.Label))
+		s.Addrs = append(s.Addrs, fmt.Sprintf("%d %v scope=%d flags=%#x label=%q", a.Index, a.Prefix, a.Scope, uint32(a.Flags), a.Label))
 	}
 	for _, r := range k.Routes() {
 		f := IPv4
@@ -217,10 +217,10 @@ func fakeStateOfView(v View) fakeState {
 	var s fakeState
 	snap := v.Snapshot()
 	for _, l := range snap.Links {
-		s.Links = append(s.Links, fmt.Sprintf("%d %s kind=%q mtu=%d flags=%#x oper=%d", l.Index, l.Name, l.Kind, l.MTU, l.Flags, l.OperState))
+		s.Links = append(s.Links, fmt.Sprintf("%d %s kind=%q mtu=%d flags=%#x oper=%d", l.Index, l.Name, l.Kind, l.MTU, uint32(l.Flags), l.OperState))
 	}
 	for _, a := range snap.Addrs {
-		s.Addrs = append(s.Addrs, fmt.Sprintf("%d %v scope=%d flags=%#x label=%q", a.Index, a.Prefix, a.Scope, a.Flags, a.Label))
+		s.Addrs = append(s.Addrs, fmt.Sprintf("%d %v scope=%d flags=%#x label=%q", a.Index, a.Prefix, a.Scope, uint32(a.Flags), a.Label))
 	}
 	for _, r := range snap.Routes {
 		s.Routes = append(s.Routes, routeString(r.Family, uint32(r.Table), r.Dst, r.TOS, r.Metric, r.Gateway, r.Index, r.PrefSrc, r.MTU, uint8(r.Protocol), uint8(r.Scope), uint8(r.Type)))

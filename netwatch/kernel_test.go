@@ -267,7 +267,7 @@ type kRule struct {
 
 // The address flags ip prints by name; "permanent" is printed as its
 // absence ("dynamic") and is not compared.
-var addrFlagNames = map[string]uint32{
+var ipAddrFlags = map[string]uint32{
 	"secondary": 0x01, "temporary": 0x01, "nodad": 0x02, "optimistic": 0x04,
 	"dadfailed": 0x08, "home": 0x10, "deprecated": 0x20, "tentative": 0x40,
 	"mngtmpaddr": 0x100, "noprefixroute": 0x200, "autojoin": 0x400, "stable-privacy": 0x800,
@@ -402,7 +402,7 @@ func (ns *testNS) oracle(tb testing.TB) kernelState {
 			if p := jsonStr(a["address"]); p != "" && p != jsonStr(a["local"]) {
 				ka.Peer = p
 			}
-			for name, bit := range addrFlagNames {
+			for name, bit := range ipAddrFlags {
 				if a[name] == true {
 					if name == "temporary" && f == IPv4 || name == "secondary" && f == IPv6 {
 						continue
@@ -565,10 +565,10 @@ func stateOf(snap Snapshot) kernelState {
 	for _, a := range snap.Addrs {
 		ka := kAddr{Index: a.Index, Prefix: a.Prefix.String(), Peer: str(a.Peer), Scope: uint8(a.Scope), Label: a.Label}
 		if FamilyOf(a.Prefix.Addr()) == IPv4 {
-			ka.Flags = a.Flags & addrFlags4
+			ka.Flags = uint32(a.Flags & addrFlags4)
 		} else {
-			ka.Flags = a.Flags &^ 0x80 // permanent
-			ka.Label = ""              // ip prints labels of IPv4 addresses only
+			ka.Flags = uint32(a.Flags &^ AddrPermanent)
+			ka.Label = "" // ip prints labels of IPv4 addresses only
 		}
 		s.Addrs = append(s.Addrs, ka)
 	}

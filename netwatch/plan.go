@@ -94,7 +94,7 @@ func Plan(v View, d Desired) ([]Op, error) {
 	if !v.Synced() {
 		return nil, fmt.Errorf("netwatch: plan: %w", ErrNotSynced)
 	}
-	p, err := newPlanner(d)
+	p, err := newPlanner(v, d)
 	if err != nil {
 		return nil, &PlanError{err}
 	}
@@ -129,7 +129,11 @@ type opGroup struct {
 	ops  []Op
 }
 
-func newPlanner(d Desired) (*planner, error) {
+func newPlanner(v View, d Desired) (*planner, error) {
+	// Errors name routes with link names, as the log lines do.
+	show := func(r Route) string {
+		return r.Family.String() + " route " + r.Describe(v.Link) + " table " + r.Table.String()
+	}
 	p := &planner{
 		tables:  make(map[OwnedTable]bool),
 		prios:   make(map[OwnedPriority]bool),
@@ -151,13 +155,14 @@ func newPlanner(d Desired) (*planner, error) {
 	}
 	for _, r := range d.Routes {
 		if err := checkRoute(r); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", show(r), err)
 		}
+		r.Metric = r.kernelMetric()
 		if !p.tables[OwnedTable{r.Family, r.Table}] {
-			return nil, fmt.Errorf("%v route %v: table %v is not owned", r.Family, r, r.Table)
+			return nil, fmt.Errorf("%s: table %v is not owned", show(r), r.Table)
 		}
 		if o, ok := p.routes[r.Key()]; ok && !routesMatch(o, r) {
-			return nil, fmt.Errorf("%v routes %v and %v: one key, two routes", r.Family, o, r)
+			return nil, fmt.Errorf("%s and %s: one key, two routes", show(o), show(r))
 		}
 		p.routes[r.Key()] = r
 	}
@@ -184,13 +189,14 @@ func newPlanner(d Desired) (*planner, error) {
 	}
 	for _, r := range d.Repairs {
 		if err := checkRoute(r); err != nil {
-			return nil, fmt.Errorf("repair: %w", err)
+			return nil, fmt.Errorf("repair of %s: %w", show(r), err)
 		}
+		r.Metric = r.kernelMetric()
 		if p.tables[OwnedTable{r.Family, r.Table}] {
-			return nil, fmt.Errorf("repair of %v route %v: table %v is owned", r.Family, r, r.Table)
+			return nil, fmt.Errorf("repair of %s: table %v is owned", show(r), r.Table)
 		}
 		if o, ok := p.repairs[r.Key()]; ok && !routesMatch(o, r) {
-			return nil, fmt.Errorf("repairs of %v routes %v and %v: one key, two routes", r.Family, o, r)
+			return nil, fmt.Errorf("repairs of %s and %s: one key, two routes", show(o), show(r))
 		}
 		p.repairs[r.Key()] = r
 	}
@@ -208,7 +214,7 @@ func (p *planner) checkCached(v View) error {
 	}
 	for _, r := range p.repairs {
 		if !v.Cached(r.Table) {
-			return fmt.Errorf("repair of %v: table %v is not in the cache (the watcher's Options.RouteTables leaves it out)", r, r.Table)
+			return fmt.Errorf("repair of %v route %s: table %v is not in the cache (the watcher's Options.RouteTables leaves it out)", r.Family, r.Describe(v.Link), r.Table)
 		}
 	}
 	return nil
@@ -223,19 +229,14 @@ func checkFamily(f Family) error {
 
 func checkRoute(r Route) error {
 	if err := checkFamily(r.Family); err != nil {
-		return fmt.Errorf("route %v: %w", r, err)
+		return err
 	}
 	is4 := r.Family == IPv4
 	if !r.Dst.IsValid() || r.Dst != r.Dst.Masked() || r.Dst.Addr().Is4() != is4 {
-		return fmt.Errorf("%v route %v: destination is not a masked %v prefix", r.Family, r, r.Family)
+		return fmt.Errorf("destination is not a masked %v prefix", r.Family)
 	}
 	if r.Src.IsValid() && (r.Src != r.Src.Masked() || r.Src.Addr().Is4() != is4) {
-		return fmt.Errorf("%v route %v: source is not a masked %v prefix", r.Family, r, r.Family)
-	}
-	if r.Family == IPv6 && r.Metric == 0 {
-		// The kernel stores metric 0 as 1024: the route would never be
-		// found under its own key.
-		return fmt.Errorf("%v route %v: metric 0 (the kernel makes it 1024)", r.Family, r)
+		return fmt.Errorf("source is not a masked %v prefix", r.Family)
 	}
 	return nil
 }
@@ -542,16 +543,16 @@ func (p *planner) ops() []Op {
 	slices.SortFunc(p.replaces, func(a, b opGroup) int {
 		return cmp.Or(
 			cmp.Compare(a.key.Family, b.key.Family), cmp.Compare(a.key.Table, b.key.Table),
-			-cmp.Compare(a.key.Dst.Bits(), b.key.Dst.Bits()), compareKeys(a.key, b.key))
+			-cmp.Compare(a.key.Dst.Bits(), b.key.Dst.Bits()), a.key.Compare(b.key))
 	})
 	byPrio := func(a, b opGroup) int {
 		return cmp.Or(cmp.Compare(a.prio.Family, b.prio.Family), cmp.Compare(a.prio.Priority, b.prio.Priority))
 	}
 	slices.SortFunc(p.ruleAdds, byPrio)
 	slices.SortFunc(p.ruleDels, byPrio)
-	slices.SortFunc(p.fixes, func(a, b Op) int { return compareKeys(a.Route.Key(), b.Route.Key()) })
+	slices.SortFunc(p.fixes, func(a, b Op) int { return a.Route.Key().Compare(b.Route.Key()) })
 	// Route deletes by key; routes with one key stay in kernel order.
-	slices.SortStableFunc(p.routeDel, func(a, b Op) int { return compareKeys(a.Route.Key(), b.Route.Key()) })
+	slices.SortStableFunc(p.routeDel, func(a, b Op) int { return a.Route.Key().Compare(b.Route.Key()) })
 
 	var ops []Op
 	for _, g := range p.replaces {
@@ -565,15 +566,4 @@ func (p *planner) ops() []Op {
 		ops = append(ops, g.ops...)
 	}
 	return append(ops, p.routeDel...)
-}
-
-// compareKeys orders route keys by family, table, destination (address,
-// then length: a covering prefix before the prefixes it covers), source,
-// tos and metric.
-func compareKeys(a, b RouteKey) int {
-	return cmp.Or(
-		cmp.Compare(a.Family, b.Family), cmp.Compare(a.Table, b.Table),
-		a.Dst.Addr().Compare(b.Dst.Addr()), cmp.Compare(a.Dst.Bits(), b.Dst.Bits()),
-		a.Src.Addr().Compare(b.Src.Addr()), cmp.Compare(a.Src.Bits(), b.Src.Bits()),
-		cmp.Compare(a.TOS, b.TOS), cmp.Compare(a.Metric, b.Metric))
 }

@@ -26,11 +26,8 @@ func with[T any](v T, f func(*T)) T {
 
 // The fixture: table 900 and priority 900 owned in both families.
 var (
-	own = Owned{
-		Tables:     []OwnedTable{{IPv4, 900}, {IPv6, 900}},
-		Priorities: []OwnedPriority{{IPv4, 900}, {IPv6, 900}},
-	}
-	tr = Route{Family: IPv4, Table: 900, Dst: netip.MustParsePrefix("10.0.0.0/16"),
+	own = Own(900, 900)
+	tr  = Route{Family: IPv4, Table: 900, Dst: netip.MustParsePrefix("10.0.0.0/16"),
 		Gateway: netip.MustParseAddr("10.0.0.1"), Index: 2, PrefSrc: netip.MustParseAddr("10.0.0.5"),
 		MTU: 1355, Protocol: 109, Type: RouteUnicast}
 	tr24 = with(tr, func(r *Route) { r.Dst = netip.MustParsePrefix("10.0.5.0/24") })
@@ -323,7 +320,6 @@ func TestPlanInvalid(t *testing.T) {
 		{"rule at a priority owned in the other family", Desired{Own: own4, Rules: []Rule{rule6}}, "priority 900 is not owned"},
 		{"rule with the kernel's state", Desired{Own: own, Rules: []Rule{with(rule4, func(r *Rule) { r.State = 0x4 })}}, "state flags"},
 		{"rules the kernel cannot hold together", Desired{Own: own, Rules: []Rule{rule4, with(rule4, func(r *Rule) { r.Invert = false })}}, "holds only one"},
-		{"IPv6 metric 0", Desired{Own: own, Routes: []Route{with(tr6, func(r *Route) { r.Metric = 0 })}}, "metric 0"},
 		{"destination not masked", Desired{Own: own, Routes: []Route{with(tr, func(r *Route) { r.Dst = netip.MustParsePrefix("10.0.0.5/16") })}}, "not a masked"},
 		{"destination of the other family", Desired{Own: own, Routes: []Route{with(tr, func(r *Route) { r.Dst = tr6.Dst })}}, "not a masked"},
 		{"no family", Desired{Own: own, Routes: []Route{with(tr, func(r *Route) { r.Family = 0 })}}, "family"},
@@ -490,4 +486,62 @@ func TestPlanScope(t *testing.T) {
 			t.Fatalf("Plan is not deterministic (-first +second):\n%s", diff)
 		}
 	})
+}
+
+// TestOwn: Own is table and priority in both families, without the zero
+// ones.
+func TestOwn(t *testing.T) {
+	want := Owned{
+		Tables:     []OwnedTable{{IPv4, 900}, {IPv6, 900}},
+		Priorities: []OwnedPriority{{IPv4, 900}, {IPv6, 900}},
+	}
+	if got := Own(900, 900); !cmp.Equal(got, want) {
+		t.Errorf("Own(900, 900) = %+v, want %+v", got, want)
+	}
+	if got := Own(0, 900); got.Tables != nil || len(got.Priorities) != 2 {
+		t.Errorf("Own(0, 900) = %+v, want two priorities and no table", got)
+	}
+	if got := Own(900, 0); got.Priorities != nil || len(got.Tables) != 2 {
+		t.Errorf("Own(900, 0) = %+v, want two tables and no priority", got)
+	}
+}
+
+// TestPlanIPv6MetricZero: a desired IPv6 route with metric 0 is the
+// kernel's route with metric 1024: nothing to do when it is there, a
+// replace at 1024 when it is not, one route with one at 1024.
+func TestPlanIPv6MetricZero(t *testing.T) {
+	zero := with(tr6, func(r *Route) { r.Metric = 0 })
+	ops, err := Plan(Snapshot{Routes: []Route{tr6}}.View(), Desired{Own: own, Routes: []Route{zero}})
+	if err != nil || len(ops) != 0 {
+		t.Errorf("Plan with the route at 1024 = %v, %v; want nothing", ops, err)
+	}
+	ops, err = Plan(Snapshot{}.View(), Desired{Own: own, Routes: []Route{zero}})
+	if err != nil || !cmp.Equal(ops, []Op{replace(tr6)}, cmpNet) {
+		t.Errorf("Plan on an empty table = %v, %v; want %v", ops, err, []Op{replace(tr6)})
+	}
+	// IPv4's metric 0 is its own.
+	tr0 := with(tr, func(r *Route) { r.Metric = 0 })
+	ops, err = Plan(Snapshot{}.View(), Desired{Own: own, Routes: []Route{tr0}})
+	if err != nil || !cmp.Equal(ops, []Op{replace(tr0)}, cmpNet) {
+		t.Errorf("Plan of an IPv4 route at metric 0 = %v, %v; want it at 0", ops, err)
+	}
+	// Both in one Desired are one route.
+	ops, err = Plan(Snapshot{}.View(), Desired{Own: own, Routes: []Route{zero, tr6}})
+	if err != nil || len(ops) != 1 {
+		t.Errorf("Plan of metric 0 and 1024 = %v, %v; want one replace", ops, err)
+	}
+}
+
+// TestPlanErrorNamesLinks: a PlanError names routes by their links'
+// names, as the log lines do.
+func TestPlanErrorNamesLinks(t *testing.T) {
+	s := Snapshot{Links: []Link{{Index: 2, Name: "enp7s0", MTU: 1450, Flags: LinkUp}}}
+	_, err := Plan(s.View(), Desired{Own: own, Routes: []Route{with(tr, func(r *Route) { r.Table = 901 })}})
+	var pe *PlanError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Plan: %v, want a *PlanError", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "dev enp7s0") || strings.Contains(msg, "dev#") {
+		t.Errorf("error %q, want the link named enp7s0", msg)
+	}
 }

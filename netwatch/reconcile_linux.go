@@ -248,12 +248,13 @@ type loop struct {
 	interval time.Duration
 	bo       backoff.BackOff
 	objs     map[objectID]*object
-	mark     uint64    // journal position observed so far
-	port     uint32    // the Applier's netlink port
-	lastErr  string    // of the last failed pass, logged once
-	fights   int       // objects in a fight now
-	fightEnd time.Time // when the next fight ends if nothing happens
-	gcAt     time.Time // when to forget old objects next
+	mark     uint64          // journal position observed so far
+	port     uint32          // the Applier's netlink port
+	lastErr  string          // of the last failed pass, logged once
+	fights   int             // objects in a fight now
+	fightEnd time.Time       // when the next fight ends if nothing happens
+	gcAt     time.Time       // when to forget old objects next
+	said     map[string]bool // the policy's notes logged, while they hold
 }
 
 func (r *Reconciler) newLoop() (*loop, error) {
@@ -398,6 +399,7 @@ func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan
 	l.lastPass = now
 	var ops []Op
 	var texts []string // each op's object, for fights
+	var notes []string
 	l.r.Watcher.Read(func(v View) {
 		changed = v.Changed()
 		l.observe(v, now)
@@ -408,7 +410,7 @@ func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan
 		if !ok {
 			return
 		}
-		p.Planned = true
+		p.Planned, notes = true, d.Notes
 		if ops, p.Err = Plan(v, d); p.Err != nil || len(ops) == 0 {
 			return
 		}
@@ -420,12 +422,15 @@ func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan
 		}
 	})
 	l.fightEnd = l.sweep(now)
+	if p.Planned {
+		l.note(notes)
+	}
 	switch {
 	case !p.Planned:
 		l.r.converged.Store(false)
 		return p, nil, changed
 	case p.Err != nil:
-		l.failed(p.Err)
+		l.failed(p.Err, "")
 		return p, nil, changed
 	case len(ops) == 0:
 		l.recovered()
@@ -435,11 +440,13 @@ func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan
 	n := l.admit(ops, texts, now)
 	p.Deferred = len(ops) - n
 	res, err := l.r.Applier.Apply(ops[:n])
+	refused := ""
 	for i, x := range res {
 		switch {
 		case errors.Is(x.Err, ErrSkipped):
 		case x.Err != nil:
 			p.Failed = append(p.Failed, x.Op)
+			refused = lines[i]
 		case x.Already:
 			p.Already = append(p.Already, x.Op)
 			l.made(ops[i], now)
@@ -455,7 +462,7 @@ func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan
 	}
 	if err != nil {
 		p.Err = err
-		l.failed(err)
+		l.failed(err, refused)
 	} else {
 		l.recovered()
 	}
@@ -470,17 +477,39 @@ func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan
 	return p, lines, changed
 }
 
-// failed logs a pass's failure, once per kind of failure.
-func (l *loop) failed(err error) {
+// failed logs a pass's failure, once per kind of failure; change is the
+// line of the operation the kernel refused, if one was.
+func (l *loop) failed(err error, change string) {
 	l.r.converged.Store(false)
-	if msg := err.Error(); msg != l.lastErr {
-		l.lastErr = msg
-		if isPlanError(err) {
-			l.log.Error("netwatch: the policy's desired state cannot be planned; waiting for a change", "err", err)
-		} else {
-			l.log.Warn("netwatch: reconcile pass failed; retrying", "err", err)
+	msg := err.Error()
+	if msg == l.lastErr {
+		return
+	}
+	l.lastErr = msg
+	var ae *ApplyError
+	switch {
+	case isPlanError(err):
+		l.log.Error("netwatch: the policy's desired state cannot be planned; waiting for a change", "err", err)
+	case errors.As(err, &ae) && change != "":
+		l.log.Warn("netwatch: reconcile pass failed; retrying", "change", change, "op", ae.Op.Kind.String(), "err", ae.Err)
+	default:
+		l.log.Warn("netwatch: reconcile pass failed; retrying", "err", err)
+	}
+}
+
+// note logs each of the policy's notes once, for as long as it holds.
+func (l *loop) note(notes []string) {
+	if len(notes) == 0 && len(l.said) == 0 {
+		return
+	}
+	now := make(map[string]bool, len(notes))
+	for _, n := range notes {
+		now[n] = true
+		if !l.said[n] {
+			l.log.Warn(n)
 		}
 	}
+	l.said = now
 }
 
 // recovered notes a pass that did not fail.

@@ -223,6 +223,10 @@ func TestReconcilerRetries(t *testing.T) {
 	if !errors.Is(first.err, unix.EPERM) {
 		t.Fatalf("first pass: err %v, want EPERM", first.err)
 	}
+	var ae *ApplyError
+	if !errors.As(first.err, &ae) || ae.Op.Kind != RouteReplace || ae.Op.Route.Table != 900 {
+		t.Errorf("first pass: err %#v, want an *ApplyError of the route replace", first.err)
+	}
 	second := nextPass(t, passes, "retry")
 	if second.err != nil {
 		t.Fatalf("retry: %v", second.err)
@@ -560,5 +564,51 @@ func TestSubscribeStartMayAsk(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no event")
+	}
+}
+
+// TestReconcilerNotes: the Reconciler logs each of the policy's notes once
+// while it holds, and again when it comes back.
+func TestReconcilerNotes(t *testing.T) {
+	k, _ := fakeHost(t)
+	var note atomic.Pointer[string]
+	say := func(n string) { note.Store(&n) }
+	say("link wg9 not found")
+	calls := make(chan struct{}, 100)
+	r := &Reconciler{Policy: func(v View) (Desired, bool) {
+		d := Desired{Own: Own(901, 901)}
+		if n := *note.Load(); n != "" {
+			d.Notes = []string{n, "another note"}
+		}
+		calls <- struct{}{}
+		return d, true
+	}}
+	_, rec := startReconciler(t, k, r)
+	// A pass has logged its notes once the next one has called the policy.
+	pass := func() {
+		t.Helper()
+		select {
+		case <-calls:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no pass within 5 s")
+		}
+	}
+	pass() // the first
+	for _, n := range []string{"link wg9 not found", "", "link wg9 not found"} {
+		say(n)
+		r.Trigger()
+		pass()
+	}
+	r.Trigger()
+	pass()
+	var got []string
+	for _, l := range rec.take() {
+		if strings.HasPrefix(l, "WARN ") {
+			got = append(got, l)
+		}
+	}
+	want := []string{"WARN link wg9 not found", "WARN another note", "WARN link wg9 not found", "WARN another note"}
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
 	}
 }

@@ -183,7 +183,10 @@ func (v View) Tables(f Family) []Table {
 	return ts
 }
 
-// Routes yields the routes of family f in table t, in no particular order.
+// Routes yields the routes of family f in table t, in no particular order
+// (mostly the kernel's dump order; Snapshot sorts). For the routes a
+// policy usually wants, see RoutesTo, RoutesOut, DefaultRoutes and
+// ConnectedRoutes, which return them in a documented order.
 func (v View) Routes(f Family, t Table) iter.Seq[Route] {
 	return func(yield func(Route) bool) {
 		if tb := v.s.table(f, t, false); tb != nil {
@@ -193,7 +196,9 @@ func (v View) Routes(f Family, t Table) iter.Seq[Route] {
 }
 
 // Route returns the routes with key k: usually one, more when routes were
-// appended to the same key.
+// appended to the same key (the first is the one the kernel uses). The key
+// holds the metric; RoutesTo finds a destination's routes whatever their
+// metric.
 func (v View) Route(k RouteKey) []Route {
 	if tb := v.s.table(k.Family, k.Table, false); tb != nil {
 		return tb.getAll(k)
@@ -229,20 +234,13 @@ func (v View) Snapshot() Snapshot {
 				s.Routes = append(s.Routes, r)
 			}
 			rs := s.Routes[start:]
-			slices.SortStableFunc(rs, compareRouteKeys)
+			slices.SortStableFunc(rs, compareRoutes)
 		}
 	}
 	for _, f := range []Family{IPv4, IPv6} {
 		s.Rules = append(s.Rules, v.s.rules[fi(f)]...)
 	}
 	return s
-}
-
-func compareRouteKeys(a, b Route) int {
-	return cmp.Or(
-		a.Dst.Addr().Compare(b.Dst.Addr()), cmp.Compare(a.Dst.Bits(), b.Dst.Bits()),
-		a.Src.Addr().Compare(b.Src.Addr()), cmp.Compare(a.Src.Bits(), b.Src.Bits()),
-		cmp.Compare(a.TOS, b.TOS), cmp.Compare(a.Metric, b.Metric))
 }
 
 // tableFilter restricts which routing tables are cached; the zero value

@@ -1,14 +1,15 @@
 package netwatch
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 	"strconv"
 	"time"
 )
 
-// Family is an address family: 4 or 6. It is also the value the JSON dump
-// prints.
+// Family is an address family. Its values are 4 and 6 (what the JSON dump
+// prints); its String is iproute2's name, "inet" or "inet6".
 type Family uint8
 
 // The families netwatch caches.
@@ -238,17 +239,73 @@ type Link struct {
 	Index     uint32
 	Name      string
 	MTU       uint32
-	Flags     uint32    // IFF_* bits as the kernel reports them
+	Flags     LinkFlags // IFF_* bits as the kernel reports them
 	OperState OperState // IFLA_OPERSTATE
 	Kind      string    // IFLA_INFO_KIND: "veth", "tun", "bridge", "wireguard"; empty for physical links
 	Master    uint32    // IFLA_MASTER, 0 if none
 }
 
 // Up reports whether the link is administratively up (IFF_UP).
-func (l Link) Up() bool { return l.Flags&0x1 != 0 }
+func (l Link) Up() bool { return l.Flags&LinkUp != 0 }
 
 // LowerUp reports whether the link has carrier (IFF_LOWER_UP).
-func (l Link) LowerUp() bool { return l.Flags&0x10000 != 0 }
+func (l Link) LowerUp() bool { return l.Flags&LinkLowerUp != 0 }
+
+// LinkFlags are a link's IFF_* bits (linux/if.h); every bit the kernel
+// reports is kept, named or not.
+type LinkFlags uint32
+
+// Link flags a policy asks about.
+const (
+	LinkUp           LinkFlags = 0x1     // IFF_UP
+	LinkBroadcast    LinkFlags = 0x2     // IFF_BROADCAST
+	LinkLoopback     LinkFlags = 0x8     // IFF_LOOPBACK
+	LinkPointToPoint LinkFlags = 0x10    // IFF_POINTOPOINT
+	LinkNoARP        LinkFlags = 0x80    // IFF_NOARP
+	LinkMulticast    LinkFlags = 0x1000  // IFF_MULTICAST
+	LinkLowerUp      LinkFlags = 0x10000 // IFF_LOWER_UP
+	LinkDormant      LinkFlags = 0x20000 // IFF_DORMANT
+)
+
+// String names the flags as `ip link` does ("UP,LOWER_UP"), bits without
+// a name as hex.
+func (f LinkFlags) String() string { return bitNames(uint32(f), linkFlagNames) }
+
+var linkFlagNames = []flagName{
+	{0x1, "UP"}, {0x2, "BROADCAST"}, {0x4, "DEBUG"},
+	{0x8, "LOOPBACK"}, {0x10, "POINTOPOINT"}, {0x20, "NOTRAILERS"},
+	{0x40, "RUNNING"}, {0x80, "NOARP"}, {0x100, "PROMISC"},
+	{0x200, "ALLMULTI"}, {0x400, "MASTER"}, {0x800, "SLAVE"},
+	{0x1000, "MULTICAST"}, {0x2000, "PORTSEL"}, {0x4000, "AUTOMEDIA"},
+	{0x8000, "DYNAMIC"}, {0x10000, "LOWER_UP"}, {0x20000, "DORMANT"},
+	{0x40000, "ECHO"},
+}
+
+type flagName struct {
+	bit  uint32
+	name string
+}
+
+func bitNames(v uint32, names []flagName) string {
+	var s []byte
+	for _, n := range names {
+		if v&n.bit != 0 {
+			if len(s) > 0 {
+				s = append(s, ',')
+			}
+			s = append(s, n.name...)
+			v &^= n.bit
+		}
+	}
+	if v != 0 || len(s) == 0 {
+		if len(s) > 0 {
+			s = append(s, ',')
+		}
+		s = append(s, "0x"...)
+		s = strconv.AppendUint(s, uint64(v), 16)
+	}
+	return string(s)
+}
 
 // Addr is an interface address. Prefix holds the address itself with the
 // prefix length of its subnet (10.0.0.5/16): it is not masked.
@@ -257,8 +314,50 @@ type Addr struct {
 	Prefix netip.Prefix
 	Peer   netip.Addr // IFA_ADDRESS when it differs from IFA_LOCAL (point-to-point)
 	Scope  Scope
-	Flags  uint32 // IFA_F_* (IFA_FLAGS when present)
+	Flags  AddrFlags // IFA_F_* (IFA_FLAGS when present)
 	Label  string
+}
+
+// Usable reports whether the address can be a new connection's source:
+// it is not tentative (still in duplicate address detection, unless
+// optimistic), has not failed DAD, and is not deprecated.
+func (a Addr) Usable() bool {
+	if a.Flags&AddrTentative != 0 && a.Flags&AddrOptimistic == 0 {
+		return false
+	}
+	return a.Flags&(AddrDADFailed|AddrDeprecated) == 0
+}
+
+// AddrFlags are an address's IFA_F_* bits (linux/if_addr.h); every bit the
+// kernel reports is kept, named or not.
+type AddrFlags uint32
+
+// Address flags a policy asks about.
+const (
+	// AddrSecondary is a secondary IPv4 address (another one of the same
+	// subnet came first); in IPv6 the same bit is IFA_F_TEMPORARY, a
+	// privacy address.
+	AddrSecondary  AddrFlags = 0x1  // IFA_F_SECONDARY
+	AddrNoDAD      AddrFlags = 0x2  // IFA_F_NODAD
+	AddrOptimistic AddrFlags = 0x4  // IFA_F_OPTIMISTIC
+	AddrDADFailed  AddrFlags = 0x8  // IFA_F_DADFAILED
+	AddrDeprecated AddrFlags = 0x20 // IFA_F_DEPRECATED
+	AddrTentative  AddrFlags = 0x40 // IFA_F_TENTATIVE
+	AddrPermanent  AddrFlags = 0x80 // IFA_F_PERMANENT
+	// AddrNoPrefixRoute: the kernel added no route for the subnet.
+	AddrNoPrefixRoute AddrFlags = 0x200 // IFA_F_NOPREFIXROUTE
+)
+
+// String names the flags as `ip address` does ("secondary,permanent"), bits
+// without a name as hex.
+func (f AddrFlags) String() string { return bitNames(uint32(f), addrFlagNames) }
+
+var addrFlagNames = []flagName{
+	{0x1, "secondary"}, {0x2, "nodad"}, {0x4, "optimistic"},
+	{0x8, "dadfailed"}, {0x10, "home"}, {0x20, "deprecated"},
+	{0x40, "tentative"}, {0x80, "permanent"},
+	{0x100, "mngtmpaddr"}, {0x200, "noprefixroute"},
+	{0x400, "autojoin"}, {0x800, "stable-privacy"},
 }
 
 // AddrKey identifies an address. The peer is part of it: IPv4 allows the
@@ -290,12 +389,15 @@ type NextHop struct {
 // (Attrs) are kept as they came, compared by Equal and written back by a
 // replace. Dst is always masked; a default route is 0.0.0.0/0 or ::/0.
 type Route struct {
-	Family   Family
-	Table    Table
-	Dst      netip.Prefix
-	Src      netip.Prefix // source prefix selector (IPv6 "from"); zero if none
-	TOS      uint8
-	Metric   uint32 // RTA_PRIORITY
+	Family Family
+	Table  Table
+	Dst    netip.Prefix
+	Src    netip.Prefix // source prefix selector (IPv6 "from"); zero if none
+	TOS    uint8
+	// Metric is RTA_PRIORITY. The kernel stores an IPv6 route asked for
+	// with metric 0 at IPv6DefaultMetric, and reports that: Plan takes a
+	// desired IPv6 route with metric 0 as one with 1024.
+	Metric   uint32
 	Gateway  netip.Addr
 	Index    uint32 // output link (RTA_OIF)
 	PrefSrc  netip.Addr
@@ -398,9 +500,35 @@ type RouteKey struct {
 	Metric uint32
 }
 
+// Compare orders route keys by family, table, destination (address, then
+// length: a covering prefix before the prefixes it covers), source, TOS
+// and metric, as View.Snapshot sorts routes. It returns -1, 0 or +1.
+func (k RouteKey) Compare(o RouteKey) int {
+	return cmp.Or(
+		cmp.Compare(k.Family, o.Family), cmp.Compare(k.Table, o.Table),
+		k.Dst.Addr().Compare(o.Dst.Addr()), cmp.Compare(k.Dst.Bits(), o.Dst.Bits()),
+		k.Src.Addr().Compare(o.Src.Addr()), cmp.Compare(k.Src.Bits(), o.Src.Bits()),
+		cmp.Compare(k.TOS, o.TOS), cmp.Compare(k.Metric, o.Metric))
+}
+
+func compareRoutes(a, b Route) int { return a.Key().Compare(b.Key()) }
+
+// IPv6DefaultMetric is the metric the kernel gives an IPv6 route that
+// asks for none (or for 0).
+const IPv6DefaultMetric = 1024
+
 // Key returns the route's identity.
 func (r Route) Key() RouteKey {
 	return RouteKey{r.Family, r.Table, r.Dst, r.Src, r.TOS, r.Metric}
+}
+
+// kernelMetric is the metric the kernel stores for r when asked to
+// install it.
+func (r Route) kernelMetric() uint32 {
+	if r.Family == IPv6 && r.Metric == 0 {
+		return IPv6DefaultMetric
+	}
+	return r.Metric
 }
 
 // expiresSlack is how far apart two expiries may be and still be the same:

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/internal/flagval"
 )
 
 // Defaults. Table and priority 920 collide with nothing known: Cilium uses
@@ -60,22 +60,23 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	if *uplink == "" {
 		return options{}, errors.New("--uplink is required: the link marked packets leave by")
 	}
-	if c.Uplink, err = netwatch.ParseLinkName(*uplink); err != nil {
+	if err := flagval.LinkName(*uplink); err != nil {
 		return options{}, fmt.Errorf("--uplink %q: %w", *uplink, err)
 	}
+	c.Uplink = *uplink
 	if *mark == "" {
 		return options{}, errors.New("--mark is required: MARK[/MASK] of the packets to pin")
 	}
-	if c.Mark, c.Mask, err = netwatch.ParseMark(*mark); err != nil {
+	if c.Mark, c.Mask, err = flagval.Mark(*mark); err != nil {
 		return options{}, fmt.Errorf("--mark %q: %w", *mark, err)
 	}
-	if c.Table, err = netwatch.ParseTable(*table); err != nil {
+	if c.Table, err = flagval.Table(*table); err != nil {
 		return options{}, fmt.Errorf("--table %q: %w", *table, err)
 	}
-	if c.Priority, err = netwatch.ParsePriority(*prio); err != nil {
+	if c.Priority, err = flagval.Priority(*prio); err != nil {
 		return options{}, fmt.Errorf("--priority %q: %w", *prio, err)
 	}
-	if c.Protocol, err = netwatch.ParseProtocol(*proto); err != nil {
+	if c.Protocol, err = flagval.Protocol(*proto); err != nil {
 		return options{}, fmt.Errorf("--protocol %q: %w", *proto, err)
 	}
 	if o.resync < 0 {

@@ -12,18 +12,15 @@ import (
 var testConfig = Config{Uplink: "eth1", Mark: 0x100, Mask: 0xff00, Table: 920, Priority: 920, Protocol: 242}
 
 const (
-	up       = 0x1 | 0x10000 // IFF_UP | IFF_LOWER_UP
+	up       = netwatch.LinkUp | netwatch.LinkLowerUp
 	eth0     = 2
 	eth1     = 3
 	eth1Next = 5 // eth1 after it was deleted and created again
 )
 
-var owned = netwatch.Owned{
-	Tables:     []netwatch.OwnedTable{{Family: netwatch.IPv4, Table: 920}, {Family: netwatch.IPv6, Table: 920}},
-	Priorities: []netwatch.OwnedPriority{{Family: netwatch.IPv4, Priority: 920}, {Family: netwatch.IPv6, Priority: 920}},
-}
+var owned = netwatch.Own(920, 920)
 
-func link(index uint32, name string, flags uint32) netwatch.Link {
+func link(index uint32, name string, flags netwatch.LinkFlags) netwatch.Link {
 	return netwatch.Link{Index: index, Name: name, MTU: 1500, Flags: flags, Kind: "veth"}
 }
 
@@ -44,7 +41,7 @@ func pinned(f netwatch.Family, gw string, index uint32) netwatch.Route {
 	r := netwatch.Route{Family: f, Table: 920, Dst: netip.MustParsePrefix("0.0.0.0/0"),
 		Gateway: netip.MustParseAddr(gw), Index: index, Protocol: 242, Type: netwatch.RouteUnicast}
 	if f == netwatch.IPv6 {
-		r.Dst, r.Metric = netip.MustParsePrefix("::/0"), 1024
+		r.Dst = netip.MustParsePrefix("::/0") // metric 0: Plan's 1024
 	}
 	return r
 }
@@ -156,7 +153,8 @@ func TestDesired(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := testConfig.Desired(tt.snap.View())
-			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{})); diff != "" {
+			// TestNotes checks the notes.
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), cmpopts.IgnoreFields(netwatch.Desired{}, "Notes")); diff != "" {
 				t.Errorf("Desired (-want +got):\n%s", diff)
 			}
 		})
@@ -179,5 +177,23 @@ func TestDesiredPlans(t *testing.T) {
 		Was: pinned(netwatch.IPv4, "192.0.2.1", eth1), HasWas: true}}
 	if diff := cmp.Diff(want, ops, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{})); diff != "" {
 		t.Errorf("Plan (-want +got):\n%s", diff)
+	}
+}
+
+// TestNotes: the policy says why it routes nothing.
+func TestNotes(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		links []netwatch.Link
+		want  []string
+	}{
+		{"missing", nil, []string{"uplinkpin: uplink eth1 does not exist: marked packets follow the main table"}},
+		{"down", []netwatch.Link{link(eth1, "eth1", 0)}, []string{"uplinkpin: uplink eth1 is down: marked packets follow the main table"}},
+		{"up", []netwatch.Link{link(eth1, "eth1", up)}, nil},
+	} {
+		got := testConfig.Desired(netwatch.Snapshot{Links: tt.links}.View()).Notes
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s: notes (-want +got):\n%s", tt.name, diff)
+		}
 	}
 }

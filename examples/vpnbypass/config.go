@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/internal/flagval"
 )
 
 // Defaults. Table and priority 910 collide with nothing known: Cilium uses
@@ -69,9 +69,10 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	o := options{netns: *netns, resync: *resync}
 	c := &o.cfg
 	var err error
-	if c.Link, err = netwatch.ParseLinkName(*link); err != nil {
+	if err := flagval.LinkName(*link); err != nil {
 		return options{}, fmt.Errorf("--link %q: %w", *link, err)
 	}
+	c.Link = *link
 	if len(prefixes) == 0 {
 		return options{}, errors.New("--prefix is required: the CIDRs to send through the VPN link (repeatable)")
 	}
@@ -84,16 +85,16 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 			c.Prefixes = append(c.Prefixes, p)
 		}
 	}
-	if c.Mark, c.Mask, err = netwatch.ParseMark(*mark); err != nil {
+	if c.Mark, c.Mask, err = flagval.Mark(*mark); err != nil {
 		return options{}, fmt.Errorf("--mark %q: %w", *mark, err)
 	}
-	if c.Table, err = netwatch.ParseTable(*table); err != nil {
+	if c.Table, err = flagval.Table(*table); err != nil {
 		return options{}, fmt.Errorf("--table %q: %w", *table, err)
 	}
-	if c.Priority, err = netwatch.ParsePriority(*prio); err != nil {
+	if c.Priority, err = flagval.Priority(*prio); err != nil {
 		return options{}, fmt.Errorf("--priority %q: %w", *prio, err)
 	}
-	if c.Protocol, err = netwatch.ParseProtocol(*proto); err != nil {
+	if c.Protocol, err = flagval.Protocol(*proto); err != nil {
 		return options{}, fmt.Errorf("--protocol %q: %w", *proto, err)
 	}
 	if o.resync < 0 {

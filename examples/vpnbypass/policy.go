@@ -23,18 +23,6 @@ type Config struct {
 	Protocol netwatch.Protocol
 }
 
-// IPv6 routes get this metric when none is given; the kernel reports it,
-// so the desired route says it too.
-const ipv6DefaultMetric = 1024
-
-// IFA_F_* bits of an address that must not be a route's source.
-const (
-	ifaDADFailed  = 0x08
-	ifaDeprecated = 0x20
-	ifaTentative  = 0x40
-	ifaSecondary  = 0x01
-)
-
 // Desired returns what the policy wants for the view: while the VPN link
 // exists and is up, one route per prefix in the table, out of the link,
 // with the link's address of the prefix's family as source when it has
@@ -42,18 +30,14 @@ const (
 // packet without the VPN's mark to the table. While the link is absent or
 // down, nothing: Plan removes whatever the policy owns.
 func (c Config) Desired(v netwatch.View) netwatch.Desired {
-	d := netwatch.Desired{Own: netwatch.Owned{
-		Tables: []netwatch.OwnedTable{
-			{Family: netwatch.IPv4, Table: c.Table},
-			{Family: netwatch.IPv6, Table: c.Table},
-		},
-		Priorities: []netwatch.OwnedPriority{
-			{Family: netwatch.IPv4, Priority: c.Priority},
-			{Family: netwatch.IPv6, Priority: c.Priority},
-		},
-	}}
+	d := netwatch.Desired{Own: netwatch.Own(c.Table, c.Priority)}
 	link, ok := v.LinkByName(c.Link)
-	if !ok || !link.Up() {
+	switch {
+	case !ok:
+		d.Notes = []string{"vpnbypass: link " + c.Link + " does not exist: nothing is routed through it"}
+		return d
+	case !link.Up():
+		d.Notes = []string{"vpnbypass: link " + c.Link + " is down: nothing is routed through it"}
 		return d
 	}
 	hasPrefix := map[netwatch.Family]bool{}
@@ -70,8 +54,7 @@ func (c Config) Desired(v netwatch.View) netwatch.Desired {
 			Type:     netwatch.RouteUnicast,
 		}
 		if f == netwatch.IPv6 {
-			// IPv6 routes have no scope; the kernel reports universe.
-			r.Scope, r.Metric = netwatch.ScopeUniverse, ipv6DefaultMetric
+			r.Scope = netwatch.ScopeUniverse // IPv6 routes have no scope; the kernel reports universe
 		}
 		d.Routes = append(d.Routes, r)
 		hasPrefix[f] = true
@@ -95,23 +78,13 @@ func (c Config) Desired(v netwatch.View) netwatch.Desired {
 }
 
 // source picks the link's address of family f to use as the routes'
-// source: global scope, usable (not tentative, failed or deprecated), a
-// primary address before a secondary one, the lowest first. It returns the
-// zero Addr when there is none: the kernel then chooses.
+// source: the first of View.SourceAddrs (usable, primary first, lowest
+// first) if it has global scope. It returns the zero Addr when there is
+// none: the kernel then chooses.
 func source(v netwatch.View, index uint32, f netwatch.Family) netip.Addr {
-	var best netip.Addr
-	for a := range v.Addrs(index) {
-		ip := a.Prefix.Addr()
-		if netwatch.FamilyOf(ip) != f || a.Scope != netwatch.ScopeUniverse ||
-			a.Flags&(ifaDADFailed|ifaDeprecated|ifaTentative) != 0 {
-			continue
-		}
-		if a.Flags&ifaSecondary == 0 {
-			return ip // Addrs yields them lowest first
-		}
-		if !best.IsValid() {
-			best = ip
-		}
+	as := v.SourceAddrs(index, f)
+	if len(as) == 0 || as[0].Scope != netwatch.ScopeUniverse || as[0].Prefix.Addr().IsLinkLocalUnicast() {
+		return netip.Addr{}
 	}
-	return best
+	return as[0].Prefix.Addr()
 }

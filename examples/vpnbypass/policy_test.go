@@ -20,22 +20,19 @@ var testConfig = Config{
 }
 
 const (
-	up      = 0x1 | 0x10000 // IFF_UP | IFF_LOWER_UP
+	up      = netwatch.LinkUp | netwatch.LinkLowerUp
 	eth0    = 2
 	vpn     = 7
 	vpnNext = 9 // the link after it was deleted and created again
 )
 
-var owned = netwatch.Owned{
-	Tables:     []netwatch.OwnedTable{{Family: netwatch.IPv4, Table: 910}, {Family: netwatch.IPv6, Table: 910}},
-	Priorities: []netwatch.OwnedPriority{{Family: netwatch.IPv4, Priority: 910}, {Family: netwatch.IPv6, Priority: 910}},
-}
+var owned = netwatch.Own(910, 910)
 
-func link(index uint32, name string, flags uint32) netwatch.Link {
+func link(index uint32, name string, flags netwatch.LinkFlags) netwatch.Link {
 	return netwatch.Link{Index: index, Name: name, MTU: 1280, Flags: flags, Kind: "tun"}
 }
 
-func addr(index uint32, prefix string, scope netwatch.Scope, flags uint32) netwatch.Addr {
+func addr(index uint32, prefix string, scope netwatch.Scope, flags netwatch.AddrFlags) netwatch.Addr {
 	return netwatch.Addr{Index: index, Prefix: netip.MustParsePrefix(prefix), Scope: scope, Flags: flags}
 }
 
@@ -50,7 +47,7 @@ func route4(dst string, index uint32, src string) netwatch.Route {
 
 func route6(dst string, index uint32, src string) netwatch.Route {
 	r := netwatch.Route{Family: netwatch.IPv6, Table: 910, Dst: netip.MustParsePrefix(dst), Index: index,
-		Metric: 1024, Protocol: 241, Type: netwatch.RouteUnicast}
+		Protocol: 241, Type: netwatch.RouteUnicast} // metric 0: Plan's 1024
 	if src != "" {
 		r.PrefSrc = netip.MustParseAddr(src)
 	}
@@ -184,9 +181,28 @@ func TestDesired(t *testing.T) {
 				cfg = testConfig
 			}
 			got := cfg.Desired(tt.snap.View())
-			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{})); diff != "" {
+			// TestNotes checks the notes.
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), cmpopts.IgnoreFields(netwatch.Desired{}, "Notes")); diff != "" {
 				t.Errorf("Desired (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestNotes: the policy says why it routes nothing.
+func TestNotes(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		links []netwatch.Link
+		want  []string
+	}{
+		{"missing", nil, []string{"vpnbypass: link tailscale0 does not exist: nothing is routed through it"}},
+		{"down", []netwatch.Link{link(vpn, "tailscale0", 0)}, []string{"vpnbypass: link tailscale0 is down: nothing is routed through it"}},
+		{"up", []netwatch.Link{link(vpn, "tailscale0", up)}, nil},
+	} {
+		got := testConfig.Desired(netwatch.Snapshot{Links: tt.links}.View()).Notes
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s: notes (-want +got):\n%s", tt.name, diff)
+		}
 	}
 }
