@@ -158,8 +158,6 @@ func withMessage(err error) error {
 	return err
 }
 
-const rtmFLookupTable = 0x1000
-
 // RouteGet asks the kernel of opts.NetNS (or opts.Dialer's) which route it
 // would use for dst, for packets carrying mark (0 for none), like `ip
 // route get DST mark MARK`. The returned route's Table and MTU are what the
@@ -184,7 +182,7 @@ func routeGet(c rtnl.Conn, dst netip.Addr, mark Mark) (Route, error) {
 	// IPv4 needs it; IPv6 reports the table anyway and refuses the flag
 	// on a strict socket ("Invalid flags for get route request").
 	if f == IPv4 {
-		binary.NativeEndian.PutUint32(b[8:12], rtmFLookupTable)
+		binary.NativeEndian.PutUint32(b[8:12], unix.RTM_F_LOOKUP_TABLE)
 	}
 	ae := netlink.NewAttributeEncoder()
 	ae.Bytes(unix.RTA_DST, dst.AsSlice())
@@ -207,7 +205,7 @@ func routeGet(c rtnl.Conn, dst netip.Addr, mark Mark) (Route, error) {
 			continue
 		}
 		d := append([]byte(nil), m.Data...)
-		binary.NativeEndian.PutUint32(d[8:12], binary.NativeEndian.Uint32(d[8:12])&^rtmFCloned)
+		binary.NativeEndian.PutUint32(d[8:12], binary.NativeEndian.Uint32(d[8:12])&^unix.RTM_F_CLONED)
 		r, err := decodeRoute(d, tableFilter{})
 		// The answer echoes the question (the mark, the uid of the asking
 		// socket): not attributes of the route.

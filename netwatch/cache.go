@@ -7,11 +7,25 @@ import (
 	"slices"
 )
 
-// redumps says what the caller must read from the kernel again: the routes
-// of a family (index fi(f)), or the rules (index redumpRules).
-type redumps [3]bool
+// redumps says what the caller must read from the kernel again after
+// changes the kernel made without saying so.
+type redumps struct {
+	routes [2]bool // the routes of a family, by fi(f)
+	rules  bool    // the rules of both families
+}
 
-const redumpRules = 2
+// any reports whether anything is to be read again.
+func (r redumps) any() bool { return r.routes[0] || r.routes[1] || r.rules }
+
+// add marks what o marks too.
+func (r *redumps) add(o redumps) {
+	r.routes[0] = r.routes[0] || o.routes[0]
+	r.routes[1] = r.routes[1] || o.routes[1]
+	r.rules = r.rules || o.rules
+}
+
+// allRoutes is a re-dump of the routes of both families.
+var allRoutes = redumps{routes: [2]bool{true, true}}
 
 // apply applies one decoded event to the state and reports what the caller
 // must do next: whether the cache changed, and what the kernel may have
@@ -32,11 +46,11 @@ func (s *state) apply(ev *change) (changed bool, redump redumps) {
 					delete(s.addrs, k)
 				}
 			}
-			return true, redumps{true, true, false}
+			return true, allRoutes
 		}
 		s.links[ev.Link.Index] = ev.Link
 		if had && (old.Flags != ev.Link.Flags || old.MTU != ev.Link.MTU || old.OperState != ev.Link.OperState) {
-			redump[0], redump[1] = true, true
+			redump.add(allRoutes)
 		}
 		return !had || old != ev.Link, redump
 	case KindAddr:
@@ -51,9 +65,9 @@ func (s *state) apply(ev *change) (changed bool, redump redumps) {
 			// and clears it from the IPv6 routes that have it as
 			// prefsrc, without events.
 			if FamilyOf(k.Prefix.Addr()) == IPv4 {
-				redump[0] = true
+				redump.routes[0] = true
 			} else {
-				redump[1] = s.usesPrefSrc(IPv6, k.Prefix.Addr())
+				redump.routes[1] = s.usesPrefSrc(IPv6, k.Prefix.Addr())
 			}
 			return true, redump
 		}
@@ -67,7 +81,7 @@ func (s *state) apply(ev *change) (changed bool, redump redumps) {
 		// programs' changes can come in the other order, a deletion before
 		// the addition of what it deleted. Each rule event is applied for
 		// its origin, then the rules are dumped again to be sure.
-		redump[redumpRules] = true
+		redump.rules = true
 		rs := s.rules[fi(ev.Rule.Family)]
 		if ev.Op == EventDel {
 			i := slices.IndexFunc(rs, func(r Rule) bool { return sameRule(r, ev.Rule) })
@@ -158,7 +172,7 @@ func (s *state) applyRoute(ev *change) (changed bool, redump redumps) {
 			// and announced only that path, or the event was queued
 			// during a dump and the cache holds a later route with this
 			// key. Guessing deletes the wrong one: ask the kernel.
-			redump[f] = true
+			redump.routes[f] = true
 			return false, redump
 		}
 		tb.setAll(k, slices.Delete(cur, i, i+1))
@@ -186,7 +200,7 @@ func (s *state) applyRoute(ev *change) (changed bool, redump redumps) {
 		if len(cur) == 1 && cur[0].Equal(r) {
 			return false, redump
 		}
-		redump[f] = true
+		redump.routes[f] = true
 		return false, redump
 	case slices.ContainsFunc(cur, r.Equal):
 		return false, redump
@@ -194,7 +208,7 @@ func (s *state) applyRoute(ev *change) (changed bool, redump redumps) {
 		// IPv6 merges a route with an existing key into a multipath
 		// route, and notifies only the new path: the cache cannot
 		// derive the result, so it asks the kernel.
-		redump[f] = true
+		redump.routes[f] = true
 		return false, redump
 	case ev.how&howAppend != 0:
 		tb.setAll(k, append(cur, r))

@@ -191,9 +191,8 @@ func decodeAddr(b []byte) (Addr, error) {
 }
 
 const (
-	rtmFCloned = 0x200 // RTM_F_CLONED
-	rtaNHID    = 30    // RTA_NH_ID
-	rtnhFlags  = 0xff  // the RTNH_F_* bits of rtm_flags
+	rtaNHID   = 30   // RTA_NH_ID
+	rtnhFlags = 0xff // the RTNH_F_* bits of rtm_flags
 )
 
 func decodeRoute(b []byte, tables tableFilter) (Route, error) {
@@ -205,7 +204,7 @@ func decodeRoute(b []byte, tables tableFilter) (Route, error) {
 		return Route{}, errSkip
 	}
 	flags := binary.NativeEndian.Uint32(b[8:12])
-	if flags&rtmFCloned != 0 {
+	if flags&unix.RTM_F_CLONED != 0 {
 		return Route{}, errSkip
 	}
 	r := Route{
@@ -451,8 +450,6 @@ func decodeMultipath(f Family, b []byte) ([]NextHop, error) {
 	return nhs, nil
 }
 
-const fibRuleInvert = 0x2 // FIB_RULE_INVERT
-
 func decodeRule(b []byte) (Rule, error) {
 	if len(b) < 12 {
 		return Rule{}, malformed("rule message of %d bytes", len(b))
@@ -467,8 +464,8 @@ func decodeRule(b []byte) (Rule, error) {
 		TOS:    b[3],
 		Table:  Table(b[4]),
 		Action: RuleAction(b[7]),
-		Invert: hflags&fibRuleInvert != 0,
-		State:  hflags &^ fibRuleInvert,
+		Invert: hflags&unix.FIB_RULE_INVERT != 0,
+		State:  hflags &^ unix.FIB_RULE_INVERT,
 	}
 	dstBits, srcBits := int(b[1]), int(b[2])
 	var dst, src netip.Addr
@@ -589,7 +586,7 @@ func decodeCompact(b []byte, tables tableFilter, c *compactRoute) (ok bool) {
 	f, ok := familyOf(b[0])
 	flags := binary.NativeEndian.Uint32(b[8:12])
 	dstBits, srcBits, tos := b[1], b[2], b[3]
-	if !ok || flags&rtmFCloned != 0 || f == IPv4 && srcBits != 0 || f == IPv6 && tos != 0 {
+	if !ok || flags&unix.RTM_F_CLONED != 0 || f == IPv4 && srcBits != 0 || f == IPv6 && tos != 0 {
 		return false
 	}
 	alen := 4

@@ -20,8 +20,10 @@ import (
 // Every attribute the object has is named (metrics and their locks,
 // realms, expiry, preference, flags such as onlink, encapsulation, and
 // undecoded attributes as hex), and every one that differs from before;
-// the protocol is named on removals and when it changes. The last line is
-// a repair of a foreign route, named by its protocol, with what changed.
+// the protocol is named on removals and when it changes. An IPv6 rule's
+// head says "(inet6)", since a rule may name no address; a route's family
+// shows in its destination. The last line is a repair of a foreign route,
+// named by its protocol, with what changed.
 // links resolves link indexes to names, as View.Link does; without it, or
 // for a link it does not know, a link is "#INDEX". Call it inside Read,
 // with the view the plan was made from.

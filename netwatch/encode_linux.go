@@ -200,7 +200,7 @@ func encodeRule(r Rule) ([]byte, error) {
 	}
 	b[7] = uint8(r.Action)
 	if r.Invert {
-		binary.NativeEndian.PutUint32(b[8:12], fibRuleInvert)
+		binary.NativeEndian.PutUint32(b[8:12], unix.FIB_RULE_INVERT)
 	}
 	ae := netlink.NewAttributeEncoder()
 	ae.Uint32(unix.FRA_TABLE, uint32(r.Table))

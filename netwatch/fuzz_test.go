@@ -508,7 +508,7 @@ func FuzzRouteRoundTrip(f *testing.F) {
 			t.Fatalf("encodeRoute(%+v): %v", r, err)
 		}
 		back, err := decodeRoute(b, tableFilter{})
-		if errors.Is(err, errSkip) && r.Flags&rtmFCloned != 0 {
+		if errors.Is(err, errSkip) && r.Flags&unix.RTM_F_CLONED != 0 {
 			return
 		}
 		if err != nil || !back.Equal(r) {

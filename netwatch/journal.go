@@ -2,12 +2,12 @@ package netwatch
 
 import "iter"
 
-// JournalLen is how many of the latest changes a cache keeps for
+// journalLen is how many of the latest changes a cache keeps for
 // View.Changes.
-const JournalLen = 2048
+const journalLen = 2048
 
 // journal is a ring of the latest changes. The change numbered n (from 0)
-// is at ring[n%JournalLen]; next numbers the one to come.
+// is at ring[n%journalLen]; next numbers the one to come.
 type journal struct {
 	ring []journalEntry
 	next uint64
@@ -22,9 +22,9 @@ type journalEntry struct {
 
 func (j *journal) add(ev Event, created bool) {
 	if j.ring == nil {
-		j.ring = make([]journalEntry, JournalLen)
+		j.ring = make([]journalEntry, journalLen)
 	}
-	j.ring[j.next%JournalLen] = journalEntry{ev, created}
+	j.ring[j.next%journalLen] = journalEntry{ev, created}
 	j.next++
 }
 
@@ -35,13 +35,13 @@ func (j *journal) entries(mark uint64) (iter.Seq[journalEntry], bool) {
 	if mark > j.next {
 		from, complete = j.next, false // a mark of another cache
 	}
-	if j.next-from > JournalLen {
-		from, complete = j.next-JournalLen, false
+	if j.next-from > journalLen {
+		from, complete = j.next-journalLen, false
 	}
 	next := j.next
 	return func(yield func(journalEntry) bool) {
 		for n := from; n < next; n++ {
-			if !yield(j.ring[n%JournalLen]) {
+			if !yield(j.ring[n%journalLen]) {
 				return
 			}
 		}

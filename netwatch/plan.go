@@ -26,17 +26,12 @@ func (e *PlanError) Unwrap() error { return e.Err }
 // KernelRouteFlags are the route and next-hop flags the kernel sets on its
 // own: a route whose link lost carrier is linkdown, one whose link went down
 // is dead, offload and trap come from hardware, unresolved from the
-// neighbour state, and RTM_F_PREFIX marks IPv6 prefix routes. A desired
+// neighbour state, and the kernel's RTM_F_PREFIX (0x800) marks IPv6 prefix
+// routes and RTM_F_OFFLOAD_FAILED (0x20000000) a failed offload. A desired
 // route never carries them (the kernel refuses dead and linkdown in a
 // request), so Plan ignores them when it compares a desired route with the
 // kernel's and strips them from the routes it asks the kernel to install.
-const KernelRouteFlags = RouteDead | RouteOffload | RouteLinkdown | RouteUnresolved | RouteTrap |
-	rtmFPrefix | rtmFOffloadFailed
-
-const (
-	rtmFPrefix        RouteFlags = 0x800      // RTM_F_PREFIX
-	rtmFOffloadFailed RouteFlags = 0x20000000 // RTM_F_OFFLOAD_FAILED
-)
+const KernelRouteFlags = RouteDead | RouteOffload | RouteLinkdown | RouteUnresolved | RouteTrap | 0x800 | 0x20000000
 
 // Plan returns the operations that take the kernel from v to d. It is pure:
 // no I/O, no clock, no logging.

@@ -134,11 +134,11 @@ type Fight struct {
 
 // Defaults of a Reconciler.
 const (
-	DefaultCoalesce       = 10 * time.Millisecond
-	DefaultRepairBurst    = 20
-	DefaultRepairInterval = 100 * time.Millisecond
-	DefaultRetryMin       = 100 * time.Millisecond
-	DefaultRetryMax       = time.Second
+	defaultCoalesce       = 10 * time.Millisecond
+	defaultRepairBurst    = 20
+	defaultRepairInterval = 100 * time.Millisecond
+	defaultRetryMin       = 100 * time.Millisecond
+	defaultRetryMax       = time.Second
 )
 
 const (
@@ -268,18 +268,18 @@ func (r *Reconciler) newLoop() (*loop, error) {
 	if l.describe == nil {
 		l.describe = Op.Describe
 	}
-	l.window = or(r.Coalesce, DefaultCoalesce)
+	l.window = or(r.Coalesce, defaultCoalesce)
 	if r.Coalesce < 0 {
 		l.window = 0
 	}
 	l.burst = r.RepairBurst
 	if l.burst <= 0 {
-		l.burst = DefaultRepairBurst
+		l.burst = defaultRepairBurst
 	}
-	l.interval = or(r.RepairInterval, DefaultRepairInterval)
+	l.interval = or(r.RepairInterval, defaultRepairInterval)
 	l.bo = backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(or(r.RetryMin, DefaultRetryMin)),
-		backoff.WithMaxInterval(or(r.RetryMax, DefaultRetryMax)),
+		backoff.WithInitialInterval(or(r.RetryMin, defaultRetryMin)),
+		backoff.WithMaxInterval(or(r.RetryMax, defaultRetryMax)),
 		backoff.WithRandomizationFactor(0.2),
 		backoff.WithMaxElapsedTime(0))
 	return l, nil

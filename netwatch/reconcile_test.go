@@ -395,7 +395,7 @@ func TestReconcilerFight(t *testing.T) {
 	}
 	// At most the burst, then one per interval (twice that, for the
 	// scheduler's slack); and the fight must not have starved it either.
-	if limit := DefaultRepairBurst + 2*int(elapsed/r.RepairInterval); repairs > limit {
+	if limit := defaultRepairBurst + 2*int(elapsed/r.RepairInterval); repairs > limit {
 		t.Errorf("%d repairs in %v, more than %d: the rate limit did not hold", repairs, elapsed, limit)
 	}
 	waitRule(t, k, rule, "after the program stopped")

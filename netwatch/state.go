@@ -110,8 +110,8 @@ func (v View) Mark() uint64 {
 
 // Changes yields the changes the cache recorded after mark (a Mark of an
 // earlier view), oldest first, each with its Origin: the events applied
-// and the differences resyncs found. The journal keeps the last
-// JournalLen changes; complete is false when some after mark have left it.
+// and the differences resyncs found. The journal keeps the last 2048
+// changes; complete is false when some after mark have left it.
 // This is how a program learns who changed an object it cares about since
 // it last looked (the Reconciler tells another program's undo from the
 // kernel's flush this way). A Snapshot's view has no journal and yields

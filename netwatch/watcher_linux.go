@@ -31,7 +31,7 @@ var groups = []uint32{
 	unix.RTNLGRP_LINK,
 	unix.RTNLGRP_IPV4_IFADDR, unix.RTNLGRP_IPV6_IFADDR,
 	unix.RTNLGRP_IPV4_ROUTE, unix.RTNLGRP_IPV6_ROUTE,
-	unix.RTNLGRP_IPV4_RULE, 19, // RTNLGRP_IPV6_RULE has no constant
+	unix.RTNLGRP_IPV4_RULE, unix.RTNLGRP_IPV6_RULE,
 	// Nexthop objects are not cached, but deleting one changes the
 	// routes that use it without route events.
 	unix.RTNLGRP_NEXTHOP,
@@ -361,7 +361,7 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 			if m.Header.Type == unix.RTM_DELNEXTHOP {
 				// The kernel flushes the IPv4 routes that used the
 				// object and shrinks the groups it was in, silently.
-				pending[0], pending[1] = true, true
+				pending.add(allRoutes)
 				continue
 			}
 			ev, err := decode(m, w.tables)
@@ -383,9 +383,7 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 		}
 		if len(batch) > 0 {
 			rd := w.applyBatch(batch)
-			for i := range pending {
-				pending[i] = pending[i] || rd[i]
-			}
+			pending.add(rd)
 		}
 		switch {
 		case recvErr == nil:
@@ -431,7 +429,7 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 			doneRound()
 			continue
 		}
-		if pending != (redumps{}) {
+		if pending.any() {
 			if drain == 0 {
 				// The kernel makes its silent changes under the RTNL
 				// lock after sending the event that implies them, and
@@ -462,12 +460,12 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 
 // redump re-reads what pending says.
 func (w *Watcher) redump(rc rtnl.Conn, pending redumps) error {
-	if pending[0] || pending[1] {
+	if pending.routes[0] || pending.routes[1] {
 		if err := w.redumpRoutes(rc, pending); err != nil {
 			return err
 		}
 	}
-	if pending[redumpRules] {
+	if pending.rules {
 		return w.redumpRules(rc)
 	}
 	return nil
@@ -483,9 +481,7 @@ func (w *Watcher) applyBatch(batch []change) (redump redumps) {
 	for i := range batch {
 		ev := &batch[i]
 		changed, rd := w.st.apply(ev)
-		for i := range redump {
-			redump[i] = redump[i] || rd[i]
-		}
+		redump.add(rd)
 		if !changed {
 			continue
 		}
@@ -590,7 +586,7 @@ func (w *Watcher) fullSync(rc rtnl.Conn, cause ResyncCause) error {
 func (w *Watcher) redumpRoutes(rc rtnl.Conn, fams redumps) error {
 	defer w.releaseDumpBuffers()
 	for i, f := range []Family{IPv4, IPv6} {
-		if !fams[i] {
+		if !fams.routes[i] {
 			continue
 		}
 		next := newState()
