@@ -1,17 +1,38 @@
 // Package netwatch keeps a typed, exact cache of a Linux network namespace's
 // links, addresses, routes (every table, IPv4 and IPv6) and policy rules,
-// fed by rtnetlink multicast, and applies a desired state limited to what
-// its caller owns.
+// fed by rtnetlink multicast, and keeps a desired state limited to what its
+// caller owns.
+//
+// A program built on it is a policy and a few lines around it:
+//
+//	w := netwatch.New(netwatch.Options{})   // the cache
+//	go w.Run(ctx)                           // the caller runs it
+//	a, _ := netwatch.DialApplier(netwatch.Options{})
+//	r := &netwatch.Reconciler{Watcher: w, Applier: a, Policy: policy, Logger: log}
+//	return r.Run(ctx)                       // the one loop
+//
+// where policy is a pure function from a View to a Desired state. The
+// package Example is a whole one, for both families.
 //
 // # Reading
 //
 // A Watcher subscribes to the rtnetlink groups before it dumps, applies the
 // events queued during the dump after it, and from then on applies every
-// event. Read gives a consistent View for a reconcile pass without copying
-// the cache; Changed returns a channel closed at the next change, which any
-// number of goroutines may wait on; Subscribe delivers every change as an
-// Event, for tools that print them. Barrier waits until the cache holds
-// every change the kernel made before the call, such as the caller's own.
+// event. WaitSynced waits for the first sync. Read gives a consistent View
+// without copying the cache; Changed returns a channel closed at the next
+// change, which any number of goroutines may wait on; Subscribe delivers
+// every change as an Event, for tools that print them. Barrier waits until
+// the cache holds every change the kernel made before the call, such as the
+// caller's own.
+//
+// A View answers what policies ask: Link, LinkByName, Addrs, Routes, Rules,
+// and the questions every policy has: SourceAddrs (a link's usable
+// addresses of a family, primary first), DefaultRoutes (out of a link,
+// lowest metric first), RoutesOut, RoutesTo (a destination whatever its
+// metric) and ConnectedRoutes, each in a documented order. Link and address
+// flags are typed (LinkUp, LinkLowerUp, AddrTentative, Addr.Usable, ...).
+// Options.RouteTables limits the route cache to some tables; View.Cached
+// says which, and Plan refuses to own or repair a table outside them.
 //
 // # Who changed what
 //
@@ -30,9 +51,51 @@
 // routes the kernel removes or changes without an event (IPv4 routes of a
 // link that goes down or away, or of an address that is removed; linkdown
 // flags) are re-dumped after the event that implies them; a socket failure
-// reconnects with backoff and resyncs. View.Synced tells a caller whether
-// the view is complete: nothing may be removed on the strength of a view that
-// is not.
+// reconnects with backoff (Options.RetryMin, RetryMax) and resyncs.
+// View.Synced tells a caller whether the view is complete: nothing may be
+// removed on the strength of a view that is not. Every attribute the kernel
+// reports is kept: what netwatch has no field for is in Route.Attrs and
+// Rule.Attrs, compared and written back.
+//
+// # Changing
+//
+// A Desired state names the routes and rules a policy wants, the scope it
+// owns (Own(table, priority) for both families), any foreign routes it
+// repairs, and Notes: why it wants less than it could ("link wg0 not
+// found"), which the Reconciler logs once. Plan turns a View and a Desired
+// into ordered operations (make before break), touching nothing outside the
+// owned scope; it takes an IPv6 metric 0 as the kernel's 1024, and rejects a
+// Desired it cannot plan with a *PlanError naming links by name. An Applier
+// executes operations idempotently: Result.Already tells "already so" (an
+// add of what exists, a delete of what the kernel had removed) from "done",
+// and a refusal is an *ApplyError that errors.Is matches against the errno.
+// RouteGet asks which route the kernel would choose.
+//
+// A Reconciler runs the loop: a pass on every change of the cache and every
+// Trigger (a burst coalesced into one pass), once the cache is synced; ok
+// false from the policy means "cannot tell yet" and changes nothing, an
+// empty Desired means "remove everything owned". It logs each change with
+// Op.Describe, waits (Barrier) until the cache holds its own changes before
+// planning again, retries a failed pass with backoff (never a PlanError: it
+// is logged once and waits for a change), and resyncs periodically. It
+// tells another program undoing what it made from the kernel's own flushes:
+// every object is changed at most a burst of times at once and then ten
+// times a second, and a fight is one warning naming the program.
+//
+// # Network namespaces
+//
+// Options.NetNS (from OpenNetNS, given a path such as /run/netns/NAME)
+// puts a Watcher, an Applier and RouteGet in that namespace; nil is the
+// calling thread's. The namespace must stay open while they run: a Watcher
+// opens new sockets when it reconnects. Nothing in the package changes a
+// thread's namespace.
+//
+// # Concurrency
+//
+// A Watcher's methods are safe for concurrent use. Read holds a read lock
+// while its callback runs, so events wait: compute in the callback, do I/O
+// after it. An Applier is for one goroutine at a time; a Reconciler uses
+// its Applier from Run's goroutine.
 //
 // # Full tables
 //
@@ -40,40 +103,16 @@
 // while the kernel fills the next. Ordinary routes are decoded straight
 // into pointer-free keys and values that the kernel dumps in order, so a
 // table fills by appending to a sorted array: about 40 bytes a route,
-// nothing for the garbage collector to scan, and a sync of a million
-// routes that takes less than mdlayher/netlink needs to read the dump
-// (BenchmarkKernelInitialSync). Options.RouteTables leaves out the tables
-// a caller does not need.
+// nothing for the garbage collector to scan (BenchmarkKernelInitialSync).
 //
-// # Changing
+// # Reading the source
 //
-// A policy is a pure function from a View to a Desired state: the routes
-// and rules it wants, the tables and rule priorities it owns, and any foreign
-// routes it explicitly repairs. Plan turns a View and a Desired into ordered
-// operations (make before break), touching nothing outside the owned scope;
-// an Applier executes them idempotently (adding what exists and deleting
-// what is gone succeed; rules are added with NLM_F_EXCL and deleted with
-// their full key, because the kernel ignores NLM_F_REPLACE for rules).
-// A Reconciler runs the whole loop for a policy, the one loop every program
-// runs: plan on every change or Trigger (a burst coalesced into one pass),
-// apply, log each change with Op.Describe, wait (Barrier) until the cache
-// holds its own changes before planning again, retry with backoff, resync
-// periodically. It tells another program undoing what it made from the
-// kernel's own flushes: every object is changed at most a burst of times at
-// once and then ten times a second, and a fight is one warning naming the
-// program. The package Example shows a policy in a few lines.
-//
-// # Concurrency
-//
-// A Watcher's methods are safe for concurrent use. Read holds a read lock
-// while its callback runs, so events wait: compute in the callback, do I/O
-// after it. An Applier is for one goroutine at a time.
-//
-// # Network namespaces
-//
-// KernelDialer{NetNS: fd} opens every socket in the namespace fd refers to;
-// the zero value uses the calling thread's. Nothing in the package changes
-// a thread's namespace.
+// The files are named for the stage of the data flow they hold, in this
+// order: model (the types), kernel_ (sockets, namespaces, the owners of
+// ports), wire_ (rtnetlink bytes to values and back), cache_ (the Watcher,
+// its dumps, the sorted route store, the journal, Subscribe, Barrier),
+// view (View and its questions), plan_ (Desired, Plan, Describe), apply
+// (the Applier) and reconcile (the Reconciler and its fights).
 //
 // # Debugging
 //

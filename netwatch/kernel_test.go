@@ -1645,7 +1645,7 @@ func TestKernelRunStopsDuringDump(t *testing.T) {
 	}
 }
 
-// TestKernelDumpOrder checks that the route keys' order (routes.go) is the
+// TestKernelDumpOrder checks that the route keys' order (cache_routes.go) is the
 // order in which the kernel dumps routes, so that a dump only appends to
 // each table's sorted array: random routes of both families — nested
 // prefixes, TOS, metrics, IPv6 source prefixes, several tables, routes

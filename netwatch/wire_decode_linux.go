@@ -12,8 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// This file is the edge: rtnetlink bytes become netwatch values here and
-// nowhere else. The decoders are written by hand because routes are decoded
+// The wire_ files are the edge: rtnetlink bytes become netwatch values in
+// them and nowhere else (wire_frame_linux.go splits datagrams into
+// messages). The decoders are written by hand because routes are decoded
 // a million at a time during a sync of a full table: they allocate nothing
 // for a route (see TestDecodeRouteAllocs) and read only what the cache keeps.
 

@@ -7,7 +7,7 @@ import (
 )
 
 // Routes are the bulk of a cache (a full BGP table is a million of them), so
-// they are stored compactly: per family and table, a store (store.go) of
+// they are stored compactly: per family and table, a store (cache_store.go) of
 // small pointer-free keys and values, which the garbage collector never
 // scans. The rare routes that do not fit (multipath, RTA_VIA gateways of
 // another family, source prefixes of IPv4 — which the kernel has none of)

@@ -62,3 +62,10 @@ func (o Origin) String() string {
 	}
 	return "netlink port " + strconv.FormatUint(uint64(o.Port), 10)
 }
+
+// ownerFinder finds the process that owns a netlink port of the dialer's
+// namespace (see portOwners); an rtnl.Dialer may offer one with a method
+// owners() ownerFinder.
+type ownerFinder interface {
+	find(port uint32) (pid int, comm string, ok bool)
+}

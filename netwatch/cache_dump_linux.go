@@ -1,0 +1,262 @@
+//go:build linux
+
+package netwatch
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/marksplit/marksplit/internal/rtnl"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// maxDumpAttempts bounds the retries of a dump the kernel marked
+// interrupted before the watcher gives up on the session and reconnects.
+const maxDumpAttempts = 10
+
+// redump re-reads what pending says.
+func (w *Watcher) redump(rc rtnl.Conn, pending redumps) error {
+	if pending.routes[0] || pending.routes[1] {
+		if err := w.redumpRoutes(rc, pending); err != nil {
+			return err
+		}
+	}
+	if pending.rules {
+		return w.redumpRules(rc)
+	}
+	return nil
+}
+
+// fullSync dumps everything into a new state and swaps it in.
+func (w *Watcher) fullSync(rc rtnl.Conn, cause ResyncCause) error {
+	defer w.releaseDumpBuffers()
+	start := time.Now()
+	next := newState()
+	steps := []func(*state) error{
+		func(s *state) error { return w.dump(rc, unix.RTM_GETLINK, unix.AF_UNSPEC, 0, s) },
+		func(s *state) error { return w.dump(rc, unix.RTM_GETADDR, unix.AF_INET, 0, s) },
+		func(s *state) error { return w.dump(rc, unix.RTM_GETADDR, unix.AF_INET6, 0, s) },
+		func(s *state) error { return w.dumpRoutes(rc, IPv4, s) },
+		func(s *state) error { return w.dumpRoutes(rc, IPv6, s) },
+		func(s *state) error { return w.dump(rc, unix.RTM_GETRULE, unix.AF_INET, 0, s) },
+		func(s *state) error { return w.dump(rc, unix.RTM_GETRULE, unix.AF_INET6, 0, s) },
+	}
+	for _, step := range steps {
+		if err := step(next); err != nil {
+			return err
+		}
+	}
+	w.mu.Lock()
+	old := w.st
+	next.synced = true
+	next.gen = old.gen + 1
+	if cause != ResyncInitial {
+		// What differs was changed without an event reaching the cache.
+		diffStates(old, next, w.publishResync)
+	}
+	w.st = next
+	w.signal()
+	w.mu.Unlock()
+	// The dump started after any Barrier sent on an earlier socket.
+	w.kickMu.Lock()
+	gen := w.kickGen
+	w.kickMu.Unlock()
+	w.bar.releaseOlder(gen, nil)
+
+	w.statMu.Lock()
+	w.stats.Resyncs[cause]++
+	w.stats.LastSyncDuration = time.Since(start)
+	w.statMu.Unlock()
+	if cause != ResyncInitial {
+		w.log.Info("netwatch: resynced", "cause", cause.String(), "took_ms", float64(time.Since(start).Microseconds())/1000)
+	}
+	return nil
+}
+
+// redumpRoutes re-reads the routes of the marked families after a change
+// the kernel makes without events.
+func (w *Watcher) redumpRoutes(rc rtnl.Conn, fams redumps) error {
+	defer w.releaseDumpBuffers()
+	for i, f := range []Family{IPv4, IPv6} {
+		if !fams.routes[i] {
+			continue
+		}
+		next := newState()
+		if err := w.dumpRoutes(rc, f, next); err != nil {
+			return err
+		}
+		w.mu.Lock()
+		diffTables(w.st.tables[i], next.tables[i], w.publishResync)
+		w.st.tables[i] = next.tables[i]
+		w.st.gen++
+		w.signal()
+		w.mu.Unlock()
+		w.statMu.Lock()
+		w.stats.Resyncs[ResyncRoutes]++
+		w.statMu.Unlock()
+	}
+	return nil
+}
+
+// redumpRules re-reads the rules of both families after a rule event the
+// cache could not apply unambiguously.
+func (w *Watcher) redumpRules(rc rtnl.Conn) error {
+	defer w.releaseDumpBuffers()
+	next := newState()
+	for _, af := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		if err := w.dump(rc, unix.RTM_GETRULE, af, 0, next); err != nil {
+			return err
+		}
+	}
+	w.mu.Lock()
+	for f := range next.rules {
+		diffRules(w.st.rules[f], next.rules[f], w.publishResync)
+	}
+	w.st.rules = next.rules
+	w.st.gen++
+	w.signal()
+	w.mu.Unlock()
+	w.statMu.Lock()
+	w.stats.Resyncs[ResyncRules]++
+	w.statMu.Unlock()
+	return nil
+}
+
+func (w *Watcher) dumpRoutes(rc rtnl.Conn, f Family, s *state) error {
+	af := uint8(unix.AF_INET)
+	if f == IPv6 {
+		af = unix.AF_INET6
+	}
+	if w.opts.RouteTables == nil {
+		return w.dump(rc, unix.RTM_GETROUTE, af, 0, s)
+	}
+	for _, t := range w.opts.RouteTables {
+		if err := w.dump(rc, unix.RTM_GETROUTE, af, t, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dump runs one dump into s, again while the kernel marks it interrupted.
+func (w *Watcher) dump(rc rtnl.Conn, typ uint16, af uint8, t Table, s *state) error {
+	for attempt := 1; ; attempt++ {
+		intr, err := w.dumpOnce(rc, typ, af, t, s)
+		if err != nil || !intr {
+			return err
+		}
+		w.statMu.Lock()
+		w.stats.Resyncs[ResyncInterrupted]++
+		w.statMu.Unlock()
+		if attempt == maxDumpAttempts {
+			return fmt.Errorf("netwatch: dump of type %d family %d interrupted %d times", typ, af, attempt)
+		}
+		clearDump(typ, af, t, s)
+	}
+}
+
+// clearDump forgets what an interrupted dump put into s.
+func clearDump(typ uint16, af uint8, t Table, s *state) {
+	f, _ := familyOf(af)
+	switch typ {
+	case unix.RTM_GETLINK:
+		clear(s.links)
+	case unix.RTM_GETADDR:
+		for k := range s.addrs {
+			if FamilyOf(k.Prefix.Addr()) == f {
+				delete(s.addrs, k)
+			}
+		}
+	case unix.RTM_GETROUTE:
+		if t == 0 {
+			clear(s.tables[fi(f)])
+		} else {
+			delete(s.tables[fi(f)], t)
+		}
+	case unix.RTM_GETRULE:
+		s.rules[fi(f)] = nil
+	}
+}
+
+func (w *Watcher) dumpOnce(rc rtnl.Conn, typ uint16, af uint8, t Table, s *state) (intr bool, err error) {
+	req, err := rc.Send(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(typ), Flags: netlink.Request | netlink.Dump},
+		Data:   dumpRequest(typ, af, t),
+	})
+	if err != nil {
+		return false, fmt.Errorf("netwatch: request dump: %w", err)
+	}
+	// A dump can be a full routing table: its datagrams are cached on
+	// another goroutine while this one reads the next from the kernel,
+	// which fills them meanwhile. The buffers go round between the two.
+	free := make(chan []byte, dumpBuffers)
+	for _, b := range w.dumpBufs {
+		free <- b
+	}
+	bufs := len(w.dumpBufs)
+	nextBuf := func() []byte {
+		select {
+		case b := <-free:
+			return b
+		default:
+		}
+		if bufs < dumpBuffers {
+			bufs++
+			return make([]byte, dumpBufferSize)
+		}
+		return <-free
+	}
+	full := make(chan []byte, dumpBuffers)
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		for d := range full {
+			if err == nil {
+				err = s.addDatagram(d, w.tables)
+			}
+			free <- d[:cap(d)]
+		}
+		done <- err
+	}()
+	var recvErr error
+	for end := false; !end; {
+		var d []byte
+		if d, recvErr = rc.ReceiveDatagram(nextBuf()); recvErr != nil {
+			break
+		}
+		var i bool
+		end, i, recvErr = scanDump(d, req.Header.Sequence)
+		intr = intr || i
+		if recvErr != nil {
+			break
+		}
+		full <- d
+	}
+	close(full)
+	applyErr := <-done
+	w.dumpBufs = w.dumpBufs[:0]
+	for len(free) > 0 {
+		w.dumpBufs = append(w.dumpBufs, <-free)
+	}
+	switch {
+	case recvErr != nil && t != 0 && errors.Is(recvErr, unix.ENOENT):
+		return false, nil // the table does not exist yet
+	case recvErr != nil:
+		return false, fmt.Errorf("netwatch: dump type %d family %d: %w", typ, af, recvErr)
+	}
+	return intr, applyErr
+}
+
+// releaseDumpBuffers lets the garbage collector have the dump buffers
+// once a sync is over: a watcher between syncs holds none.
+func (w *Watcher) releaseDumpBuffers() { w.dumpBufs = nil }
+
+// A dump has up to dumpBuffers datagrams in flight, each in a buffer of
+// dumpBufferSize: the kernel fills dump datagrams up to 32 KiB. A longer
+// one (a link with many VFs) comes in a buffer of its own.
+const (
+	dumpBuffers    = 4
+	dumpBufferSize = 64 << 10
+)
