@@ -24,7 +24,7 @@ func dialerOf(opts Options) rtnl.Dialer {
 		return opts.Dialer
 	}
 	d := kernelDialer{}
-	if opts.NetNS != nil {
+	if opts.NetNS != nil && !opts.NetNS.own {
 		d.netns = opts.NetNS.fd
 	}
 	return d

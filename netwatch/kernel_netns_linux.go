@@ -15,7 +15,8 @@ import (
 // uses it whenever it opens a socket (a Watcher reconnects, and resyncs on
 // a new socket after an overflow): close it only after they are done.
 type NetNS struct {
-	fd int
+	fd  int
+	own bool // the process's own namespace: sockets need no setns
 }
 
 // nsGetNSType is NS_GET_NSTYPE (linux/nsfs.h), which x/sys/unix lacks.
@@ -24,7 +25,9 @@ const nsGetNSType = 0xb703
 // OpenNetNS opens the network namespace at path. It fails, at once, on a
 // path that is not a network namespace (another kind of namespace, a
 // regular file), rather than leaving a program to hang or to watch the
-// wrong namespace.
+// wrong namespace. Entering another namespace needs CAP_SYS_ADMIN; the
+// process's own (/proc/self/ns/net, or a /run/netns name for it) needs no
+// privilege: its sockets are opened where they would be without NetNS.
 func OpenNetNS(path string) (*NetNS, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -42,7 +45,17 @@ func OpenNetNS(path string) (*NetNS, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("netwatch: %s is a namespace, but not a network namespace", path)
 	}
-	return &NetNS{fd: fd}, nil
+	return &NetNS{fd: fd, own: sameFile(fd, "/proc/self/ns/net")}, nil
+}
+
+// sameFile reports whether fd is the file at path (namespaces are files
+// of nsfs: one device, an inode each).
+func sameFile(fd int, path string) bool {
+	var a, b unix.Stat_t
+	if unix.Fstat(fd, &a) != nil || unix.Stat(path, &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
 }
 
 // FD returns the namespace's file descriptor, owned by n.

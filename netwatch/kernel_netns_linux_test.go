@@ -3,9 +3,11 @@
 package netwatch
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestOpenNetNS: a network namespace opens; other namespaces, files and
@@ -14,6 +16,9 @@ func TestOpenNetNS(t *testing.T) {
 	ns, err := OpenNetNS("/proc/self/ns/net")
 	if err != nil {
 		t.Fatalf("OpenNetNS(/proc/self/ns/net): %v", err)
+	}
+	if !ns.own {
+		t.Errorf("the process's own namespace is not recognized as its own: sockets would setns, which needs CAP_SYS_ADMIN")
 	}
 	if ns.FD() < 0 || ns.Close() != nil || ns.Close() != nil {
 		t.Errorf("fd %d, or Close failed", ns.FD())
@@ -32,4 +37,34 @@ func TestOpenNetNS(t *testing.T) {
 			t.Errorf("OpenNetNS(%s): %v, want an error saying %q", path, err, want)
 		}
 	}
+}
+
+// TestKernelOpenNetNSOther: another namespace is entered, and a watcher in
+// it sees its links, not ours.
+func TestKernelOpenNetNSOther(t *testing.T) {
+	tns := newTestNS(t)
+	tns.ip(t, "link", "add", "only-there", "type", "veth", "peer", "name", "only-there-p")
+	ns, err := OpenNetNS("/run/netns/" + tns.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	if ns.own {
+		t.Fatalf("another namespace taken for the process's own")
+	}
+	w := New(Options{NetNS: ns})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	if err := w.WaitSynced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.Read(func(v View) {
+		if _, ok := v.LinkByName("only-there"); !ok {
+			t.Errorf("the watcher does not see the namespace's link")
+		}
+	})
+	cancel()
+	<-done
 }

@@ -24,7 +24,7 @@ import (
 // again after ownerTTL, so a busy program costs one look-up a second, not
 // one per event.
 type portOwners struct {
-	netns int // the sockets' namespace, as KernelDialer.NetNS
+	netns int // the sockets' namespace, as kernelDialer.netns
 	self  int // this process's ID
 
 	mu     sync.Mutex
