@@ -480,3 +480,70 @@ func listen(b *testing.B, s *seed, group uint32) *netlink.Conn {
 	}
 	return c
 }
+
+// BenchmarkKernelUnrelatedLinks measures what an unrelated link costs the
+// agent, as pod veths do all day on a node: a spare veth pair that carries
+// nothing (its peer up, so each up brings carrier and IPv6's link-local
+// address) goes up and down 40 times (MARKSPLIT_BENCH_LINK_CHANGES), 50 ms
+// apart, with N routes in the main table that the split does not select.
+// It reports the agent's CPU (schedstat) from the first change until 2 s
+// after the last, per table size: the ratio of the two sizes is what
+// matters, and it should not grow with the table.
+func BenchmarkKernelUnrelatedLinks(b *testing.B) {
+	changes := envInt(b, "MARKSPLIT_BENCH_LINK_CHANGES", 40)
+	for _, n := range []int{1000, 100000} {
+		s := newSeed(b, true)
+		loadRoutes(b, s, n)
+		s.ns.IP(b, "link", "add", "spare0", "type", "veth", "peer", "name", "spare1")
+		s.ns.IP(b, "link", "set", "spare1", "up")
+		for _, ag := range benchAgents(b) {
+			b.Run(fmt.Sprintf("routes=%d/agent=%s", n, ag.name), func(b *testing.B) {
+				for range b.N {
+					a := s.startBin(b, ag.bin, append(seedArgs, "--metrics-addr=")...)
+					eventually(b, 30*time.Second, "split", func() error { return s.splitAt(b, 1355) })
+					time.Sleep(2 * time.Second) // the first passes' own events settle
+					pid := a.cmd.Process.Pid
+					_, run0 := cpuTime(b, pid)
+					for i := range changes {
+						state := "up"
+						if i%2 == 1 {
+							state = "down"
+						}
+						s.ns.IP(b, "link", "set", "spare0", state)
+						time.Sleep(50 * time.Millisecond) // the pace of the changes
+					}
+					time.Sleep(2 * time.Second) // what they cost after the last
+					_, run1 := cpuTime(b, pid)
+					if code, _ := a.stop(b, syscall.SIGTERM); code != 0 {
+						b.Fatalf("agent exit %d", code)
+					}
+					s.ns.IP(b, "link", "set", "spare0", "down")
+					cpu := float64(run1-run0) / 1e6
+					b.ReportMetric(cpu, "cpu-ms")
+					b.ReportMetric(0, "ns/op")
+					b.Logf("%d routes, %d changes of an unrelated link: agent CPU %.1f ms", n, changes, cpu)
+				}
+			})
+		}
+	}
+}
+
+// loadRoutes adds n /24 routes from 11.0.0.0/24 upwards via the gateway to
+// the main table, proto bgp, with ip -batch.
+func loadRoutes(b *testing.B, s *seed, n int) {
+	b.Helper()
+	f, err := os.CreateTemp(b.TempDir(), "routes")
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	for i := range n {
+		a := 11<<24 + i<<8
+		fmt.Fprintf(w, "route add %d.%d.%d.0/24 via 10.0.0.1 dev enp7s0 proto bgp\n", a>>24, a>>16&0xff, a>>8&0xff)
+	}
+	if err := w.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	f.Close()
+	s.ns.IP(b, "-batch", f.Name())
+}

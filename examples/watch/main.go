@@ -94,17 +94,20 @@ func watch(ctx context.Context, w *netwatch.Watcher, once, jsonOut bool, out io.
 		}
 		return enc.Encode(line(ev, "", names))
 	}
+	// The state, written while the subscription holds its first event:
+	// the events that follow it are the changes after it.
 	var names map[uint32]string
-	var snap netwatch.Snapshot
+	var dumpErr error
 	sub := w.Subscribe(1<<16, func(v netwatch.View) {
-		snap = v.Snapshot()
-		names = linkNames(snap.Links)
+		names = make(map[uint32]string)
+		for l := range v.Links() {
+			names[l.Index] = l.Name
+		}
+		dumpErr = newDumper(bw, jsonOut, names).dump(v)
 	})
 	defer sub.Close()
-	for _, ev := range events(snap) {
-		if err := print(ev, false, names); err != nil {
-			return err
-		}
+	if dumpErr != nil {
+		return dumpErr
 	}
 	if err := bw.Flush(); err != nil || once {
 		return err
@@ -134,32 +137,6 @@ func watch(ctx context.Context, w *netwatch.Watcher, once, jsonOut bool, out io.
 			}
 		}
 	}
-}
-
-func linkNames(ls []netwatch.Link) map[uint32]string {
-	m := make(map[uint32]string, len(ls))
-	for _, l := range ls {
-		m[l.Index] = l.Name
-	}
-	return m
-}
-
-// events lists a snapshot's objects: links, addresses, routes, rules.
-func events(s netwatch.Snapshot) []netwatch.Event {
-	var evs []netwatch.Event
-	for _, l := range s.Links {
-		evs = append(evs, netwatch.Event{Kind: netwatch.KindLink, Link: l})
-	}
-	for _, a := range s.Addrs {
-		evs = append(evs, netwatch.Event{Kind: netwatch.KindAddr, Addr: a})
-	}
-	for _, r := range s.Routes {
-		evs = append(evs, netwatch.Event{Kind: netwatch.KindRoute, Route: r})
-	}
-	for _, r := range s.Rules {
-		evs = append(evs, netwatch.Event{Kind: netwatch.KindRule, Rule: r})
-	}
-	return evs
 }
 
 // textLine is one object in ip(8)'s words; an event says new or del and
