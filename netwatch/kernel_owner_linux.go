@@ -22,7 +22,8 @@ import (
 // port, so that process is looked at first; a full scan of /proc is the
 // fallback, at most once a second. Owners are cached per port and checked
 // again after ownerTTL, so a busy program costs one look-up a second, not
-// one per event.
+// one per event; so is the finding that a socket's owner cannot be seen
+// (it runs in another PID namespace, as a container's daemon does).
 type portOwners struct {
 	netns int // the sockets' namespace, as kernelDialer.netns
 	self  int // this process's ID
@@ -37,7 +38,7 @@ type portOwners struct {
 
 type portOwner struct {
 	inode uint64
-	pid   int
+	pid   int // 0: not found
 	comm  string
 	seen  time.Time
 }
@@ -62,7 +63,7 @@ func (p *portOwners) find(port uint32) (pid int, comm string, ok bool) {
 	now := time.Now()
 	o, had := p.known[port]
 	if had && now.Sub(o.seen) < ownerTTL {
-		return o.pid, o.comm, true
+		return o.pid, o.comm, o.pid != 0
 	}
 	// List the sockets again when the listing is old, or lacks the port
 	// (a new socket) unless that port was just looked for in vain (a
@@ -77,19 +78,18 @@ func (p *portOwners) find(port uint32) (pid int, comm string, ok bool) {
 	switch {
 	case ino == 0:
 		p.missed[port] = now
-		return o.pid, o.comm, had
-	case had && o.inode == ino:
+		return o.pid, o.comm, had && o.pid != 0
+	case had && o.inode == ino && o.pid != 0:
 		o.seen = now
 		p.known[port] = o
 		return o.pid, o.comm, true
 	}
-	pid = p.ownerOf(ino, port, now)
-	if pid == 0 {
-		return 0, "", false
+	o = portOwner{inode: ino, pid: p.ownerOf(ino, port, now), seen: now}
+	if o.pid != 0 {
+		o.comm = readComm(o.pid)
 	}
-	o = portOwner{inode: ino, pid: pid, comm: readComm(pid), seen: now}
 	p.known[port] = o
-	return o.pid, o.comm, true
+	return o.pid, o.comm, o.pid != 0
 }
 
 // forget drops what is a minute old.
