@@ -174,16 +174,7 @@ func (c Config) rule(f netwatch.Family) netwatch.Rule {
 }
 
 func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *netwatch.Desired) {
-	// The first route of each key: the one the kernel uses.
-	seen := make(map[netwatch.RouteKey]bool)
-	var mains []netwatch.Route
-	for r := range v.Routes(f, netwatch.TableMain) {
-		if k := r.Key(); !seen[k] {
-			seen[k] = true
-			mains = append(mains, v.Route(k)[0])
-		}
-	}
-	slices.SortFunc(mains, func(a, b netwatch.Route) int { return a.Key().Compare(b.Key()) })
+	mains := c.candidates(v, f)
 
 	var split, rest []netwatch.Route
 	keys := make(map[netwatch.RouteKey]bool)
@@ -244,6 +235,39 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 	d.Routes = append(d.Routes, split...)
 	d.Routes = append(d.Routes, throws...)
 	d.Rules = append(d.Rules, c.rule(f))
+}
+
+// candidates returns the main routes of family f that the split may
+// select, the first of each key (the one the kernel uses), sorted by key:
+// those inside cfg.Prefixes, found without walking the rest of a full
+// table, or with cfg.UnderlayLink every main route. A route a table route
+// covers lies inside the prefix that table route lies in, so the throws
+// need nothing else.
+func (c Config) candidates(v netwatch.View, f netwatch.Family) []netwatch.Route {
+	seen := make(map[netwatch.RouteKey]bool)
+	var mains []netwatch.Route
+	add := func(r netwatch.Route) {
+		if k := r.Key(); !seen[k] {
+			seen[k] = true
+			mains = append(mains, v.Route(k)[0])
+		}
+	}
+	if c.UnderlayLink != "" {
+		for r := range v.Routes(f, netwatch.TableMain) {
+			add(r)
+		}
+	} else {
+		for _, p := range c.Prefixes {
+			if netwatch.FamilyOf(p.Addr()) != f {
+				continue
+			}
+			for r := range v.RoutesWithin(netwatch.TableMain, p) {
+				add(r)
+			}
+		}
+	}
+	slices.SortFunc(mains, func(a, b netwatch.Route) int { return a.Key().Compare(b.Key()) })
+	return mains
 }
 
 // selects reports whether the main-table route r is split, and its

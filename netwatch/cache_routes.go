@@ -374,3 +374,30 @@ func yieldDups[K any](t *table, key func(K) RouteKey, k K, yield func(Route) boo
 	}
 	return true
 }
+
+// within yields the routes whose destination lies inside p (equals it or
+// is more specific). IPv4 keys sort by address, longer prefixes first, so
+// those routes are one run of the array from p's address on, less the
+// shorter prefixes of that address: a binary search and the run. IPv6
+// keys sort in the kernel's tree-walk order, which has no such run: a scan.
+func (t *table) within(p netip.Prefix, yield func(Route) bool) {
+	in := func(dst netip.Prefix) bool { return dst.Bits() >= p.Bits() && p.Contains(dst.Addr()) }
+	if t.family == IPv6 {
+		t.all(func(r Route) bool { return !in(r.Dst) || yield(r) })
+		return
+	}
+	start := key4{dst: p.Addr().As4(), bits: 32, tos: 0xff}
+	last := binary.BigEndian.Uint32(start.dst[:]) | uint32(^uint64(0)>>(32+p.Bits()))
+	keep := func(k key4) bool {
+		return in(netip.PrefixFrom(netip.AddrFrom4(k.dst), int(k.bits)))
+	}
+	t.m4.from(start, keep, func(k key4, v val4) bool {
+		if binary.BigEndian.Uint32(k.dst[:]) > last {
+			return false
+		}
+		if int(k.bits) < p.Bits() {
+			return true // covers p: not inside it
+		}
+		return yield(t.route4(k, v)) && yieldDups(t, t.key4Route, k, yield)
+	})
+}

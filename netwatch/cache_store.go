@@ -166,6 +166,27 @@ func (s *store[K, V]) push(k K, v V) {
 	s.n++
 }
 
+// from yields the entries of the array from the first key not below k, in
+// order, until yield returns false; then every key of the side map that
+// keep accepts, in no order. Both parts stop when yield does.
+func (s *store[K, V]) from(k K, keep func(K) bool, yield func(K, V) bool) bool {
+	i, _ := s.search(k)
+	for ; i < s.n; i++ {
+		if s.ndead > 0 && s.isDead(i) {
+			continue
+		}
+		if e := s.at(i); !yield(e.k, e.v) {
+			break
+		}
+	}
+	for k, v := range s.added {
+		if keep(k) && !yield(k, v) {
+			return false
+		}
+	}
+	return true
+}
+
 // all yields every entry, those of the array in order, then the others.
 func (s *store[K, V]) all(yield func(K, V) bool) bool {
 	for ci, c := range s.chunks {

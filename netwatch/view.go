@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"iter"
 	"maps"
+	"net/netip"
 	"slices"
 )
 
@@ -191,6 +192,21 @@ func (v View) Routes(f Family, t Table) iter.Seq[Route] {
 	return func(yield func(Route) bool) {
 		if tb := v.s.table(f, t, false); tb != nil {
 			tb.all(yield)
+		}
+	}
+}
+
+// RoutesWithin yields the routes of table t whose destination lies inside
+// p: equals it or is more specific (10.0.0.0/16 holds 10.0.0.0/16 and
+// 10.0.5.0/24, not 10.0.0.0/8). The family is p's; the order none in
+// particular. For IPv4 it costs a binary search and the routes it yields,
+// not a walk of the table: a policy that cares about some prefixes of a
+// full table reads them this way.
+func (v View) RoutesWithin(t Table, p netip.Prefix) iter.Seq[Route] {
+	p = p.Masked()
+	return func(yield func(Route) bool) {
+		if tb := v.s.table(FamilyOf(p.Addr()), t, false); tb != nil && p.IsValid() {
+			tb.within(p, yield)
 		}
 	}
 }

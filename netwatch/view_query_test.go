@@ -1,0 +1,67 @@
+package netwatch
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// TestRoutesWithin: RoutesWithin yields exactly the routes whose
+// destination lies inside the prefix, as a walk of the table finds them,
+// whatever the table's history: keys in and out of order (the store's
+// array and side map), deleted entries, routes sharing a key, routes that
+// do not fit the compact form.
+func TestRoutesWithin(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		f := rapid.SampledFrom([]Family{IPv4, IPv6}).Draw(t, "family")
+		// Destinations from a small space, so that they nest and collide.
+		prefix := func(name string) netip.Prefix {
+			b := rapid.SliceOfN(rapid.SampledFrom([]byte{0, 10, 11, 0x80, 0xff}), 2, 2).Draw(t, name)
+			var a netip.Addr
+			if f == IPv4 {
+				a = netip.AddrFrom4([4]byte{b[0], b[1], 0, 0})
+			} else {
+				a = netip.AddrFrom16([16]byte{0x20, 0x01, b[0], b[1]})
+			}
+			return netip.PrefixFrom(a, rapid.IntRange(0, a.BitLen()).Draw(t, name+" bits")).Masked()
+		}
+		st := newState()
+		for i := range rapid.IntRange(0, 200).Draw(t, "routes") {
+			r := Route{Family: f, Table: 900, Dst: prefix("dst"), Metric: rapid.Uint32Range(0, 2).Draw(t, "metric"),
+				Index: 2, Type: RouteUnicast, Protocol: ProtoStatic}
+			if f == IPv4 {
+				r.TOS = rapid.SampledFrom([]uint8{0, 0x10}).Draw(t, "tos")
+			}
+			if rapid.IntRange(0, 9).Draw(t, "extra") == 0 {
+				r.Flow = uint32(i) // does not fit the compact form
+			}
+			tb := st.table(f, 900, true)
+			switch rapid.IntRange(0, 3).Draw(t, "op") {
+			case 0: // a dump's append
+				st.addDumped(r)
+			case 1:
+				tb.setAll(r.Key(), []Route{r})
+			case 2: // a second route of the key
+				tb.setAll(r.Key(), append(tb.getAll(r.Key()), r))
+			case 3:
+				tb.setAll(r.Key(), nil)
+			}
+		}
+		v := View{s: st}
+		p := prefix("p")
+		var want []Route
+		for r := range v.Routes(f, 900) {
+			if r.Dst.Bits() >= p.Bits() && p.Contains(r.Dst.Addr()) {
+				want = append(want, r)
+			}
+		}
+		got := slices.Collect(v.RoutesWithin(900, p))
+		slices.SortStableFunc(want, compareRoutes)
+		slices.SortStableFunc(got, compareRoutes)
+		if !slices.EqualFunc(got, want, Route.Equal) {
+			t.Fatalf("RoutesWithin(%v):\n got %v\nwant %v", p, got, want)
+		}
+	})
+}
