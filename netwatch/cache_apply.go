@@ -35,78 +35,97 @@ var allRoutes = redumps{routes: [2]bool{true, true}}
 func (s *state) apply(ev *change) (changed bool, redump redumps) {
 	switch ev.Kind {
 	case KindLink:
-		old, had := s.links[ev.Link.Index]
-		if ev.Op == EventDel {
-			if !had {
-				return false, redump
-			}
-			delete(s.links, ev.Link.Index)
-			for k := range s.addrs {
-				if k.Index == ev.Link.Index {
-					delete(s.addrs, k)
-				}
-			}
-			return true, allRoutes
-		}
-		s.links[ev.Link.Index] = ev.Link
-		if had && (old.Flags != ev.Link.Flags || old.MTU != ev.Link.MTU || old.OperState != ev.Link.OperState) {
-			redump.add(allRoutes)
-		}
-		return !had || old != ev.Link, redump
+		return s.applyLink(ev)
 	case KindAddr:
-		k := ev.Addr.Key()
-		old, had := s.addrs[k]
-		if ev.Op == EventDel {
-			if !had {
-				return false, redump
-			}
-			delete(s.addrs, k)
-			// The kernel removes the IPv4 routes that use the address,
-			// and clears it from the IPv6 routes that have it as
-			// prefsrc, without events.
-			if FamilyOf(k.Prefix.Addr()) == IPv4 {
-				redump.routes[0] = true
-			} else {
-				redump.routes[1] = s.usesPrefSrc(IPv6, k.Prefix.Addr())
-			}
-			return true, redump
-		}
-		s.addrs[k] = ev.Addr
-		return !had || old != ev.Addr, redump
+		return s.applyAddr(ev)
 	case KindRoute:
 		return s.applyRoute(ev)
 	case KindRule:
-		// The kernel changes rules under the RTNL lock but announces them
-		// after releasing it (since Linux 6.14): the announcements of two
-		// programs' changes can come in the other order, a deletion before
-		// the addition of what it deleted. Each rule event is applied for
-		// its origin, then the rules are dumped again to be sure.
-		redump.rules = true
-		rs := s.rules[fi(ev.Rule.Family)]
-		if ev.Op == EventDel {
-			i := slices.IndexFunc(rs, func(r Rule) bool { return sameRule(r, ev.Rule) })
-			if i < 0 {
-				return false, redump
-			}
-			s.rules[fi(ev.Rule.Family)] = slices.Delete(rs, i, i+1)
-			return true, redump
-		}
-		if ev.how&howDumped == 0 && slices.ContainsFunc(rs, func(r Rule) bool { return sameRule(r, ev.Rule) }) {
-			// The kernel allows identical rules, but this may as well be
-			// an event queued during a dump that already showed the rule:
-			// only the kernel can tell.
-			return false, redump
-		}
-		// The kernel keeps rules sorted by priority, a new rule after the
-		// others of its priority.
-		i := slices.IndexFunc(rs, func(r Rule) bool { return r.Priority > ev.Rule.Priority })
-		if i < 0 {
-			i = len(rs)
-		}
-		s.rules[fi(ev.Rule.Family)] = slices.Insert(rs, i, ev.Rule)
-		return true, redump
+		return s.applyRule(ev)
 	}
 	return false, redump
+}
+
+// applyLink applies a link event; a deleted link takes its addresses out
+// of the cache with it. A deletion, or a change of the link's flags, MTU
+// or operational state, asks for the routes again: the kernel changes them
+// silently then.
+func (s *state) applyLink(ev *change) (changed bool, redump redumps) {
+	old, had := s.links[ev.Link.Index]
+	if ev.Op == EventDel {
+		if !had {
+			return false, redump
+		}
+		delete(s.links, ev.Link.Index)
+		for k := range s.addrs {
+			if k.Index == ev.Link.Index {
+				delete(s.addrs, k)
+			}
+		}
+		return true, allRoutes
+	}
+	s.links[ev.Link.Index] = ev.Link
+	if had && (old.Flags != ev.Link.Flags || old.MTU != ev.Link.MTU || old.OperState != ev.Link.OperState) {
+		redump.add(allRoutes)
+	}
+	return !had || old != ev.Link, redump
+}
+
+// applyAddr applies an address event; a deletion asks for the routes the
+// kernel changes silently then.
+func (s *state) applyAddr(ev *change) (changed bool, redump redumps) {
+	k := ev.Addr.Key()
+	old, had := s.addrs[k]
+	if ev.Op == EventDel {
+		if !had {
+			return false, redump
+		}
+		delete(s.addrs, k)
+		// The kernel removes the IPv4 routes that use the address,
+		// and clears it from the IPv6 routes that have it as
+		// prefsrc, without events.
+		if FamilyOf(k.Prefix.Addr()) == IPv4 {
+			redump.routes[0] = true
+		} else {
+			redump.routes[1] = s.usesPrefSrc(IPv6, k.Prefix.Addr())
+		}
+		return true, redump
+	}
+	s.addrs[k] = ev.Addr
+	return !had || old != ev.Addr, redump
+}
+
+// applyRule applies a rule event, and always asks for the rules again.
+// The kernel changes rules under the RTNL lock but announces them after
+// releasing it (since Linux 6.14): the announcements of two programs'
+// changes can come in the other order, a deletion before the addition of
+// what it deleted. Each rule event is applied for its origin, then the
+// rules are dumped again to be sure.
+func (s *state) applyRule(ev *change) (changed bool, redump redumps) {
+	redump.rules = true
+	rs := s.rules[fi(ev.Rule.Family)]
+	if ev.Op == EventDel {
+		i := slices.IndexFunc(rs, func(r Rule) bool { return sameRule(r, ev.Rule) })
+		if i < 0 {
+			return false, redump
+		}
+		s.rules[fi(ev.Rule.Family)] = slices.Delete(rs, i, i+1)
+		return true, redump
+	}
+	if ev.how&howDumped == 0 && slices.ContainsFunc(rs, func(r Rule) bool { return sameRule(r, ev.Rule) }) {
+		// The kernel allows identical rules, but this may as well be
+		// an event queued during a dump that already showed the rule:
+		// only the kernel can tell.
+		return false, redump
+	}
+	// The kernel keeps rules sorted by priority, a new rule after the
+	// others of its priority.
+	i := slices.IndexFunc(rs, func(r Rule) bool { return r.Priority > ev.Rule.Priority })
+	if i < 0 {
+		i = len(rs)
+	}
+	s.rules[fi(ev.Rule.Family)] = slices.Insert(rs, i, ev.Rule)
+	return true, redump
 }
 
 // addDumped adds a route read from a dump, after any route with its key:
@@ -147,40 +166,61 @@ func sameRoute(a, b Route) bool {
 		len(a.NextHops) == len(b.NextHops)
 }
 
+// applyRoute applies a route event to the table of its route; a new route
+// creates the table, a deletion that empties one removes it.
 func (s *state) applyRoute(ev *change) (changed bool, redump redumps) {
-	r := ev.Route
-	f := fi(r.Family)
-	k := r.Key()
-	tb := s.table(r.Family, r.Table, ev.Op == EventNew)
+	tb := s.table(ev.Route.Family, ev.Route.Table, ev.Op == EventNew)
 	if tb == nil {
 		return false, redump
 	}
-	cur := tb.getAll(k)
 	if ev.Op == EventDel {
-		// Routes sharing a key may share a next hop too (ip route
-		// prepend of one with other metrics): the equal one first.
-		i := slices.IndexFunc(cur, r.Equal)
-		if i < 0 {
-			i = slices.IndexFunc(cur, func(c Route) bool { return sameRoute(c, r) })
-		}
-		switch {
-		case i >= 0:
-		case len(cur) == 0:
-			return false, redump
-		default:
-			// None matches: IPv6 removed one path of a multipath route
-			// and announced only that path, or the event was queued
-			// during a dump and the cache holds a later route with this
-			// key. Guessing deletes the wrong one: ask the kernel.
-			redump.routes[f] = true
-			return false, redump
-		}
-		tb.setAll(k, slices.Delete(cur, i, i+1))
-		if tb.len() == 0 {
-			delete(s.tables[f], r.Table)
-		}
-		return true, redump
+		return s.applyRouteDel(tb, ev)
 	}
+	return applyRouteNew(tb, ev)
+}
+
+// applyRouteDel removes the route of a deletion event from tb, its table.
+// Where it cannot tell which of the routes with the key went, it asks for
+// the family's routes again instead of guessing.
+func (s *state) applyRouteDel(tb *table, ev *change) (changed bool, redump redumps) {
+	r := ev.Route
+	f := fi(r.Family)
+	k := r.Key()
+	cur := tb.getAll(k)
+	// Routes sharing a key may share a next hop too (ip route
+	// prepend of one with other metrics): the equal one first.
+	i := slices.IndexFunc(cur, r.Equal)
+	if i < 0 {
+		i = slices.IndexFunc(cur, func(c Route) bool { return sameRoute(c, r) })
+	}
+	switch {
+	case i >= 0:
+	case len(cur) == 0:
+		return false, redump
+	default:
+		// None matches: IPv6 removed one path of a multipath route
+		// and announced only that path, or the event was queued
+		// during a dump and the cache holds a later route with this
+		// key. Guessing deletes the wrong one: ask the kernel.
+		redump.routes[f] = true
+		return false, redump
+	}
+	tb.setAll(k, slices.Delete(cur, i, i+1))
+	if tb.len() == 0 {
+		delete(s.tables[f], r.Table)
+	}
+	return true, redump
+}
+
+// applyRouteNew puts the route of a new-route event into tb, its table,
+// where the kernel put it: the event's flags say whether it replaced,
+// appended or prepended. Where the cache cannot derive the result, it asks
+// for the family's routes again.
+func applyRouteNew(tb *table, ev *change) (changed bool, redump redumps) {
+	r := ev.Route
+	f := fi(r.Family)
+	k := r.Key()
+	cur := tb.getAll(k)
 	switch {
 	case len(cur) == 0:
 		tb.setAll(k, []Route{r})

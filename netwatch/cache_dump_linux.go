@@ -180,6 +180,8 @@ func clearDump(typ uint16, af uint8, t Table, s *state) {
 	}
 }
 
+// dumpOnce runs one dump into s and reports whether the kernel marked it
+// interrupted. A dump of a table that does not exist (yet) is empty.
 func (w *Watcher) dumpOnce(rc rtnl.Conn, typ uint16, af uint8, t Table, s *state) (intr bool, err error) {
 	req, err := rc.Send(netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(typ), Flags: netlink.Request | netlink.Dump},
@@ -188,42 +190,11 @@ func (w *Watcher) dumpOnce(rc rtnl.Conn, typ uint16, af uint8, t Table, s *state
 	if err != nil {
 		return false, fmt.Errorf("netwatch: request dump: %w", err)
 	}
-	// A dump can be a full routing table: its datagrams are cached on
-	// another goroutine while this one reads the next from the kernel,
-	// which fills them meanwhile. The buffers go round between the two.
-	free := make(chan []byte, dumpBuffers)
-	for _, b := range w.dumpBufs {
-		free <- b
-	}
-	bufs := len(w.dumpBufs)
-	nextBuf := func() []byte {
-		select {
-		case b := <-free:
-			return b
-		default:
-		}
-		if bufs < dumpBuffers {
-			bufs++
-			return make([]byte, dumpBufferSize)
-		}
-		return <-free
-	}
-	full := make(chan []byte, dumpBuffers)
-	done := make(chan error, 1)
-	go func() {
-		var err error
-		for d := range full {
-			if err == nil {
-				err = s.addDatagram(d, w.tables)
-			}
-			free <- d[:cap(d)]
-		}
-		done <- err
-	}()
+	p := w.newDumpPipe(s)
 	var recvErr error
 	for end := false; !end; {
 		var d []byte
-		if d, recvErr = rc.ReceiveDatagram(nextBuf()); recvErr != nil {
+		if d, recvErr = rc.ReceiveDatagram(p.buffer()); recvErr != nil {
 			break
 		}
 		var i bool
@@ -232,14 +203,9 @@ func (w *Watcher) dumpOnce(rc rtnl.Conn, typ uint16, af uint8, t Table, s *state
 		if recvErr != nil {
 			break
 		}
-		full <- d
+		p.full <- d
 	}
-	close(full)
-	applyErr := <-done
-	w.dumpBufs = w.dumpBufs[:0]
-	for len(free) > 0 {
-		w.dumpBufs = append(w.dumpBufs, <-free)
-	}
+	applyErr := w.closeDumpPipe(p)
 	switch {
 	case recvErr != nil && t != 0 && errors.Is(recvErr, unix.ENOENT):
 		return false, nil // the table does not exist yet
@@ -247,6 +213,70 @@ func (w *Watcher) dumpOnce(rc rtnl.Conn, typ uint16, af uint8, t Table, s *state
 		return false, fmt.Errorf("netwatch: dump type %d family %d: %w", typ, af, recvErr)
 	}
 	return intr, applyErr
+}
+
+// dumpPipe takes a dump's datagrams from the goroutine that reads them to
+// one that caches them, and their buffers back. A dump can be a full
+// routing table: a datagram is cached while the next is read from the
+// kernel, which fills them meanwhile.
+type dumpPipe struct {
+	free chan []byte // buffers to read into
+	full chan []byte // datagrams to cache
+	done chan error  // the caching goroutine's error, once full is closed
+	bufs int         // the buffers in use, at most dumpBuffers
+}
+
+// newDumpPipe starts a goroutine caching into s the datagrams sent on the
+// pipe, with the buffers that the sync's last dump kept.
+func (w *Watcher) newDumpPipe(s *state) *dumpPipe {
+	p := &dumpPipe{
+		free: make(chan []byte, dumpBuffers),
+		full: make(chan []byte, dumpBuffers),
+		done: make(chan error, 1),
+		bufs: len(w.dumpBufs),
+	}
+	for _, b := range w.dumpBufs {
+		p.free <- b
+	}
+	go func() {
+		var err error
+		for d := range p.full {
+			if err == nil {
+				err = s.addDatagram(d, w.tables)
+			}
+			p.free <- d[:cap(d)]
+		}
+		p.done <- err
+	}()
+	return p
+}
+
+// buffer returns a buffer to read the next datagram into: a free one, else
+// a new one while fewer than dumpBuffers exist, else the next one the
+// caching goroutine frees.
+func (p *dumpPipe) buffer() []byte {
+	select {
+	case b := <-p.free:
+		return b
+	default:
+	}
+	if p.bufs < dumpBuffers {
+		p.bufs++
+		return make([]byte, dumpBufferSize)
+	}
+	return <-p.free
+}
+
+// closeDumpPipe waits until the datagrams sent are cached and keeps the
+// buffers for the sync's next dump. It returns the caching's error.
+func (w *Watcher) closeDumpPipe(p *dumpPipe) error {
+	close(p.full)
+	err := <-p.done
+	w.dumpBufs = w.dumpBufs[:0]
+	for len(p.free) > 0 {
+		w.dumpBufs = append(w.dumpBufs, <-p.free)
+	}
+	return err
 }
 
 // releaseDumpBuffers lets the garbage collector have the dump buffers

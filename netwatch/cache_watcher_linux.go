@@ -15,6 +15,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/marksplit/marksplit/internal/rtnl"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -296,12 +297,14 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 	if err != nil {
 		return err
 	}
-	defer func() { mc.Close() }() // mc is replaced after an overflow
+	s := &receiveLoop{w: w, mc: mc}
+	defer func() { s.mc.Close() }() // s.mc is replaced after an overflow
 	rc, err := w.opts.Dialer.Dial(rtnl.DialConfig{})
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
+	s.rc = rc
 
 	w.setKick(mc)
 	defer w.setKick(nil)
@@ -317,137 +320,194 @@ func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.Bac
 		return err
 	}
 	bo.Reset()
+	return s.run(ctx)
+}
 
-	var (
-		batch   []change
-		replies []uint32 // to Barrier calls, read in this round
-		pending redumps  // re-dumps waiting for the drain
-		drain   uint32   // the drain request's sequence; 0 when none is out
-	)
-	// doneRound ends the Barrier calls whose replies came in this round,
-	// once what came before them is in the cache.
-	doneRound := func() {
-		if len(replies) > 0 {
-			w.bar.release(replies)
-			replies = replies[:0]
-		}
-	}
+// receiveLoop is a session once it has synced: its sockets, and what one
+// round of reading the multicast socket leaves for the next.
+type receiveLoop struct {
+	w       *Watcher
+	mc      rtnl.Conn // the multicast socket; replaced after an overflow
+	rc      rtnl.Conn // the request socket, for dumps
+	batch   []change  // the events of the round, its array reused
+	replies []uint32  // to Barrier calls, read in this round
+	pending redumps   // re-dumps waiting for the drain
+	drain   uint32    // the drain request's sequence; 0 when none is out
+}
+
+// run reads and applies events a round at a time, a round being what one
+// read of the multicast socket returns, until a socket fails or ctx ends.
+// A round ends with a resync when one is due, else with the pending
+// re-dumps; then the Barrier calls answered in it end, unless they wait for
+// a re-dump.
+func (s *receiveLoop) run(ctx context.Context) error {
+	w := s.w
 	for {
-		var recvErr error
-		drained := false
-		batch = batch[:0]
-		pid := mc.PID()
-		for m, err := range mc.ReceiveIter() {
-			if err != nil {
-				recvErr = err
-				break
-			}
-			if m.Header.PID == pid {
-				// A reply to our own request: the drain's or a Barrier's.
-				if drain != 0 && m.Header.Sequence == drain {
-					drained = true
-				} else {
-					replies = append(replies, m.Header.Sequence)
-				}
-				continue
-			}
-			if m.Header.Type == unix.RTM_DELNEXTHOP {
-				// The kernel flushes the IPv4 routes that used the
-				// object and shrinks the groups it was in, silently.
-				pending.add(allRoutes)
-				continue
-			}
-			ev, err := decode(m, w.tables)
-			if errors.Is(err, errSkip) {
-				continue
-			}
-			if err != nil {
-				// A message we cannot read may have changed
-				// anything: count it and read everything again.
-				w.log.Warn("netwatch: undecodable event; resyncing", "type", m.Header.Type, "err", err)
-				w.statMu.Lock()
-				w.stats.Malformed++
-				w.statMu.Unlock()
-				w.resyncReq.Store(true)
-				continue
-			}
-			ev.Origin = w.origin(m.Header.PID)
-			batch = append(batch, ev)
-		}
-		if len(batch) > 0 {
-			rd := w.applyBatch(batch)
-			pending.add(rd)
-		}
+		drained, recvErr := s.receive()
 		switch {
 		case recvErr == nil:
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(recvErr, os.ErrDeadlineExceeded):
 			// Interrupted to resync; clear the deadline and go on.
-			if err := mc.SetReadDeadline(time.Time{}); err != nil {
+			if err := s.mc.SetReadDeadline(time.Time{}); err != nil {
 				return err
 			}
 		case errors.Is(recvErr, unix.ENOBUFS):
 			w.log.Warn("netwatch: rtnetlink receive buffer overflowed; resyncing", "buffer", w.opts.ReadBuffer)
-			// After an overflow the kernel drops events without
-			// reporting another overflow until the socket's queue has
-			// been read empty (NETLINK_S_CONGESTED): what it drops while
-			// the dump runs would be lost silently. A new socket starts
-			// empty and reports the next overflow; the dump covers what
-			// the old one held.
-			next, err := w.opts.Dialer.Dial(rtnl.DialConfig{Groups: groups, ReadBuffer: w.opts.ReadBuffer})
-			if err != nil {
+			if err := s.reopen(); err != nil {
 				return err
 			}
-			mc.Close()
-			mc = next
-			w.setKick(mc)
 			if ctx.Err() != nil {
 				return nil
 			}
-			if err := w.fullSync(rc, ResyncOverflow); err != nil {
+			if err := s.resync(ResyncOverflow); err != nil {
 				return err
 			}
-			pending, drain = redumps{}, 0
-			doneRound()
 			continue
 		default:
 			return fmt.Errorf("netwatch: receive events: %w", recvErr)
 		}
 		if w.resyncReq.Swap(false) {
-			if err := w.fullSync(rc, ResyncRequested); err != nil {
+			if err := s.resync(ResyncRequested); err != nil {
 				return err
 			}
-			pending, drain = redumps{}, 0 // a late drain reply is ignored
-			doneRound()
 			continue
 		}
-		if pending.any() {
-			if drain == 0 {
-				// The kernel makes its silent changes under the RTNL
-				// lock after sending the event that implies them, and
-				// may send more events meanwhile (the IPv6 routes of a
-				// link going down). Wait for the lock, then read what it
-				// queued before re-dumping: those events keep their
-				// origins, and the re-dump compares with a cache that
-				// has them. Barriers wait for the re-dump.
-				rtnlBarrier(rc)
-				drain = w.bar.next()
-				if err := sendBarrier(mc, drain); err != nil {
-					return err
-				}
-				continue
-			}
-			if !drained {
-				continue
-			}
-			drain = 0
-			if err := w.redump(rc, pending); err != nil {
-				return err
-			}
-			pending = redumps{}
+		waiting, err := s.redumpPending(drained)
+		if err != nil {
+			return err
 		}
-		doneRound()
+		if !waiting {
+			s.doneRound()
+		}
+	}
+}
+
+// receive reads one round's messages from the multicast socket and
+// applies their events under one lock. It reports whether the drain's
+// reply was among them, and the read's error.
+func (s *receiveLoop) receive() (drained bool, recvErr error) {
+	s.batch = s.batch[:0]
+	pid := s.mc.PID()
+	for m, err := range s.mc.ReceiveIter() {
+		if err != nil {
+			recvErr = err
+			break
+		}
+		if s.take(m, pid) {
+			drained = true
+		}
+	}
+	if len(s.batch) > 0 {
+		rd := s.w.applyBatch(s.batch)
+		s.pending.add(rd)
+	}
+	return drained, recvErr
+}
+
+// take sorts one message received on the multicast socket, whose port is
+// pid, into the round's replies, re-dumps or batch. It reports whether m
+// is the drain's reply.
+func (s *receiveLoop) take(m netlink.Message, pid uint32) (drain bool) {
+	w := s.w
+	if m.Header.PID == pid {
+		// A reply to our own request: the drain's or a Barrier's.
+		if s.drain != 0 && m.Header.Sequence == s.drain {
+			return true
+		}
+		s.replies = append(s.replies, m.Header.Sequence)
+		return false
+	}
+	if m.Header.Type == unix.RTM_DELNEXTHOP {
+		// The kernel flushes the IPv4 routes that used the
+		// object and shrinks the groups it was in, silently.
+		s.pending.add(allRoutes)
+		return false
+	}
+	ev, err := decode(m, w.tables)
+	if errors.Is(err, errSkip) {
+		return false
+	}
+	if err != nil {
+		// A message we cannot read may have changed
+		// anything: count it and read everything again.
+		w.log.Warn("netwatch: undecodable event; resyncing", "type", m.Header.Type, "err", err)
+		w.statMu.Lock()
+		w.stats.Malformed++
+		w.statMu.Unlock()
+		w.resyncReq.Store(true)
+		return false
+	}
+	ev.Origin = w.origin(m.Header.PID)
+	s.batch = append(s.batch, ev)
+	return false
+}
+
+// reopen replaces the multicast socket after an overflow. The kernel then
+// drops events without reporting another overflow until the socket's queue
+// has been read empty (NETLINK_S_CONGESTED): what it drops while the dump
+// runs would be lost silently. A new socket starts empty and reports the
+// next overflow; the dump covers what the old one held.
+func (s *receiveLoop) reopen() error {
+	next, err := s.w.opts.Dialer.Dial(rtnl.DialConfig{Groups: groups, ReadBuffer: s.w.opts.ReadBuffer})
+	if err != nil {
+		return err
+	}
+	s.mc.Close()
+	s.mc = next
+	s.w.setKick(s.mc)
+	return nil
+}
+
+// resync dumps everything again and starts afresh: the dump covers the
+// pending re-dumps, a late drain reply is ignored, and the Barrier calls
+// answered in this round end, the dump having brought in what came before
+// their replies.
+func (s *receiveLoop) resync(cause ResyncCause) error {
+	if err := s.w.fullSync(s.rc, cause); err != nil {
+		return err
+	}
+	s.pending, s.drain = redumps{}, 0
+	s.doneRound()
+	return nil
+}
+
+// redumpPending re-dumps what the kernel may have changed without events,
+// once the drain has come back. It reports whether the round's Barrier
+// calls must wait, as they do for a re-dump that is not done yet.
+func (s *receiveLoop) redumpPending(drained bool) (waiting bool, err error) {
+	if !s.pending.any() {
+		return false, nil
+	}
+	if s.drain == 0 {
+		// The kernel makes its silent changes under the RTNL lock after
+		// sending the event that implies them, and may send more events
+		// meanwhile (the IPv6 routes of a link going down). Wait for the
+		// lock, then read what it queued before re-dumping: those events
+		// keep their origins, and the re-dump compares with a cache that
+		// has them. Barriers wait for the re-dump.
+		rtnlBarrier(s.rc)
+		s.drain = s.w.bar.next()
+		return true, sendBarrier(s.mc, s.drain)
+	}
+	if !drained {
+		return true, nil
+	}
+	s.drain = 0
+	if err := s.w.redump(s.rc, s.pending); err != nil {
+		return false, err
+	}
+	s.pending = redumps{}
+	return false, nil
+}
+
+// doneRound ends the Barrier calls whose replies came in this round,
+// once what came before them is in the cache.
+func (s *receiveLoop) doneRound() {
+	if len(s.replies) > 0 {
+		s.w.bar.release(s.replies)
+		s.replies = s.replies[:0]
 	}
 }
 

@@ -124,11 +124,10 @@ type opGroup struct {
 	ops  []Op
 }
 
+// newPlanner checks d and indexes it: the owned scope as sets, the
+// desired routes and repairs by key, the desired rules by priority. Its
+// errors are a bug in the policy, named as the log lines name things.
 func newPlanner(v View, d Desired) (*planner, error) {
-	// Errors name routes with link names, as the log lines do.
-	show := func(r Route) string {
-		return r.Family.String() + " route " + r.Describe(v.Link) + " table " + r.Table.String()
-	}
 	p := &planner{
 		tables:  make(map[OwnedTable]bool),
 		prios:   make(map[OwnedPriority]bool),
@@ -136,66 +135,110 @@ func newPlanner(v View, d Desired) (*planner, error) {
 		rules:   make(map[OwnedPriority][]Rule),
 		repairs: make(map[RouteKey]Route),
 	}
-	for _, t := range d.Own.Tables {
+	if err := p.own(d.Own); err != nil {
+		return nil, err
+	}
+	if err := p.wantRoutes(v, d.Routes); err != nil {
+		return nil, err
+	}
+	if err := p.wantRules(d.Rules); err != nil {
+		return nil, err
+	}
+	if err := p.wantRepairs(v, d.Repairs); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// own records the owned tables and priorities, each of a known family.
+func (p *planner) own(owned Owned) error {
+	for _, t := range owned.Tables {
 		if err := checkFamily(t.Family); err != nil {
-			return nil, fmt.Errorf("owned table %v: %w", t.Table, err)
+			return fmt.Errorf("owned table %v: %w", t.Table, err)
 		}
 		p.tables[t] = true
 	}
-	for _, o := range d.Own.Priorities {
+	for _, o := range owned.Priorities {
 		if err := checkFamily(o.Family); err != nil {
-			return nil, fmt.Errorf("owned priority %d: %w", o.Priority, err)
+			return fmt.Errorf("owned priority %d: %w", o.Priority, err)
 		}
 		p.prios[o] = true
 	}
-	for _, r := range d.Routes {
+	return nil
+}
+
+// wantRoutes records the desired routes by key, with the kernel's metric
+// for IPv6's 0. Each must be in an owned table, and two with one key must
+// be the same route: a key holds one desired route.
+func (p *planner) wantRoutes(v View, rs []Route) error {
+	for _, r := range rs {
 		if err := checkRoute(r); err != nil {
-			return nil, fmt.Errorf("%s: %w", show(r), err)
+			return fmt.Errorf("%s: %w", planRouteName(v, r), err)
 		}
 		r.Metric = r.kernelMetric()
 		if !p.tables[OwnedTable{r.Family, r.Table}] {
-			return nil, fmt.Errorf("%s: table %v is not owned", show(r), r.Table)
+			return fmt.Errorf("%s: table %v is not owned", planRouteName(v, r), r.Table)
 		}
 		if o, ok := p.routes[r.Key()]; ok && !routesMatch(o, r) {
-			return nil, fmt.Errorf("%s and %s: one key, two routes", show(o), show(r))
+			return fmt.Errorf("%s and %s: one key, two routes", planRouteName(v, o), planRouteName(v, r))
 		}
 		p.routes[r.Key()] = r
 	}
-	for _, r := range d.Rules {
+	return nil
+}
+
+// wantRules records the desired rules by owned priority, each once, in
+// the order given. Two that the kernel cannot hold side by side are an
+// error: one add would fail on every pass.
+func (p *planner) wantRules(rs []Rule) error {
+	for _, r := range rs {
 		o := OwnedPriority{r.Family, r.Priority}
 		if err := checkFamily(r.Family); err != nil {
-			return nil, fmt.Errorf("rule %v: %w", r, err)
+			return fmt.Errorf("rule %v: %w", r, err)
 		}
 		if !p.prios[o] {
-			return nil, fmt.Errorf("%v rule %v: priority %d is not owned", r.Family, r, r.Priority)
+			return fmt.Errorf("%v rule %v: priority %d is not owned", r.Family, r, r.Priority)
 		}
 		if r.State != 0 {
-			return nil, fmt.Errorf("%v rule %v: a desired rule cannot have the kernel's state flags %#x", r.Family, r, r.State)
+			return fmt.Errorf("%v rule %v: a desired rule cannot have the kernel's state flags %#x", r.Family, r, r.State)
 		}
 		if slices.ContainsFunc(p.rules[o], r.Equal) {
 			continue
 		}
 		for _, w := range p.rules[o] {
 			if ruleAddCollides(r, w) || ruleAddCollides(w, r) {
-				return nil, fmt.Errorf("%v rules %v and %v: the kernel holds only one of them", r.Family, w, r)
+				return fmt.Errorf("%v rules %v and %v: the kernel holds only one of them", r.Family, w, r)
 			}
 		}
 		p.rules[o] = append(p.rules[o], r)
 	}
-	for _, r := range d.Repairs {
+	return nil
+}
+
+// wantRepairs records the repairs by key, as wantRoutes does the desired
+// routes, but each outside the owned tables: a repair changes a foreign
+// route, and an owned one is the policy's to desire.
+func (p *planner) wantRepairs(v View, rs []Route) error {
+	for _, r := range rs {
 		if err := checkRoute(r); err != nil {
-			return nil, fmt.Errorf("repair of %s: %w", show(r), err)
+			return fmt.Errorf("repair of %s: %w", planRouteName(v, r), err)
 		}
 		r.Metric = r.kernelMetric()
 		if p.tables[OwnedTable{r.Family, r.Table}] {
-			return nil, fmt.Errorf("repair of %s: table %v is owned", show(r), r.Table)
+			return fmt.Errorf("repair of %s: table %v is owned", planRouteName(v, r), r.Table)
 		}
 		if o, ok := p.repairs[r.Key()]; ok && !routesMatch(o, r) {
-			return nil, fmt.Errorf("repairs of %s and %s: one key, two routes", show(o), show(r))
+			return fmt.Errorf("repairs of %s and %s: one key, two routes", planRouteName(v, o), planRouteName(v, r))
 		}
 		p.repairs[r.Key()] = r
 	}
-	return p, nil
+	return nil
+}
+
+// planRouteName names r in a plan error with link names, as the log lines
+// do.
+func planRouteName(v View, r Route) string {
+	return r.Family.String() + " route " + r.Describe(v.Link) + " table " + r.Table.String()
 }
 
 // checkCached refuses to plan for tables the view does not hold: an owned

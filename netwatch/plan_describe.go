@@ -394,7 +394,12 @@ func attrsText(a Attrs) string {
 
 // ruleWords lists a rule's words in ip(8)'s order, without "from all".
 func ruleWords(r Rule) []word {
-	var as []word
+	return appendRuleAction(appendRuleSelector(nil, r), r)
+}
+
+// appendRuleSelector appends the words of what r matches, ip rule's
+// SELECTOR, to as.
+func appendRuleSelector(as []word, r Rule) []word {
 	add := func(name, value string) { as = append(as, word{name, value}) }
 	if r.Invert {
 		add("", "not")
@@ -439,6 +444,13 @@ func ruleWords(r Rule) []word {
 	if r.TunID != 0 {
 		add("tun_id", strconv.FormatUint(r.TunID, 10))
 	}
+	return as
+}
+
+// appendRuleAction appends the words of what r does, ip rule's ACTION and
+// SUPPRESSOR, and its undecoded attributes, to as.
+func appendRuleAction(as []word, r Rule) []word {
+	add := func(name, value string) { as = append(as, word{name, value}) }
 	switch r.Action {
 	case ActionToTable:
 		add("lookup", r.Table.String())

@@ -397,33 +397,11 @@ func (l *loop) next(p Pass) time.Time {
 func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan struct{}) {
 	now := time.Now()
 	l.lastPass = now
-	var ops []Op
-	var texts []string // each op's object, for fights
-	var notes []string
-	l.r.Watcher.Read(func(v View) {
-		changed = v.Changed()
-		l.observe(v, now)
-		if !v.Synced() {
-			return // the watcher's sync is a change
-		}
-		d, ok := l.r.Policy(v)
-		if !ok {
-			return
-		}
-		p.Planned, notes = true, d.Notes
-		if ops, p.Err = Plan(v, d); p.Err != nil || len(ops) == 0 {
-			return
-		}
-		lines = make([]string, len(ops))
-		texts = make([]string, len(ops))
-		for i, op := range ops {
-			lines[i] = l.describe(op, v.Link)
-			texts[i] = objectText(op, v.Link)
-		}
-	})
+	p, pl := l.plan(now)
+	ops, changed := pl.ops, pl.changed
 	l.fightEnd = l.sweep(now)
 	if p.Planned {
-		l.note(notes)
+		l.note(pl.notes)
 	}
 	switch {
 	case !p.Planned:
@@ -437,10 +415,70 @@ func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan
 		l.r.converged.Store(true)
 		return p, nil, changed
 	}
-	n := l.admit(ops, texts, now)
+	n := l.admit(ops, pl.texts, now)
 	p.Deferred = len(ops) - n
 	res, err := l.r.Applier.Apply(ops[:n])
-	refused := ""
+	refused := l.report(&p, res, ops, pl.lines, now)
+	if err != nil {
+		p.Err = err
+		l.failed(err, refused)
+	} else {
+		l.recovered()
+	}
+	l.r.converged.Store(false)
+	if len(p.Applied) > 0 || len(p.Already) > 0 {
+		// Plan the next pass from a view that shows these changes, or it
+		// would make (and log) them again.
+		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
+		l.r.Watcher.Barrier(sctx)
+		cancel()
+	}
+	return p, pl.lines, changed
+}
+
+// passPlan is what a pass takes from the view it plans from.
+type passPlan struct {
+	ops     []Op
+	lines   []string // each op's log line
+	texts   []string // each op's object, for fights
+	notes   []string // the policy's
+	changed <-chan struct{}
+}
+
+// plan reads a view, asks the policy and plans, setting p.Planned and
+// p.Err. It describes the operations while it holds the view: their lines
+// name links as that view has them.
+func (l *loop) plan(now time.Time) (p Pass, pl passPlan) {
+	l.r.Watcher.Read(func(v View) {
+		pl.changed = v.Changed()
+		l.observe(v, now)
+		if !v.Synced() {
+			return // the watcher's sync is a change
+		}
+		d, ok := l.r.Policy(v)
+		if !ok {
+			return
+		}
+		p.Planned, pl.notes = true, d.Notes
+		if pl.ops, p.Err = Plan(v, d); p.Err != nil || len(pl.ops) == 0 {
+			return
+		}
+		pl.lines = make([]string, len(pl.ops))
+		pl.texts = make([]string, len(pl.ops))
+		for i, op := range pl.ops {
+			pl.lines[i] = l.describe(op, v.Link)
+			pl.texts[i] = objectText(op, v.Link)
+		}
+	})
+	return p, pl
+}
+
+// report sorts the results of applying ops into p, records with made the
+// objects the kernel now holds as the loop made them (undoing one is then
+// an undo of the loop's), and passes each change the kernel did not
+// already have to OnChange or the log. It returns the line of the
+// operation the kernel refused, if one was.
+func (l *loop) report(p *Pass, res []Result, ops []Op, lines []string, now time.Time) (refused string) {
 	for i, x := range res {
 		switch {
 		case errors.Is(x.Err, ErrSkipped):
@@ -460,21 +498,7 @@ func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan
 			}
 		}
 	}
-	if err != nil {
-		p.Err = err
-		l.failed(err, refused)
-	} else {
-		l.recovered()
-	}
-	l.r.converged.Store(false)
-	if len(p.Applied) > 0 || len(p.Already) > 0 {
-		// Plan the next pass from a view that shows these changes, or it
-		// would make (and log) them again.
-		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
-		l.r.Watcher.Barrier(sctx)
-		cancel()
-	}
-	return p, lines, changed
+	return refused
 }
 
 // failed logs a pass's failure, once per kind of failure; change is the

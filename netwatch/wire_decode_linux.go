@@ -580,6 +580,9 @@ type compactRoute struct {
 	v6     val6
 }
 
+// decodeCompact decodes a dumped route into c and reports whether it fits
+// the compact form; when it does not, c is not the route's and the caller
+// takes decodeRoute's path.
 func decodeCompact(b []byte, tables tableFilter, c *compactRoute) (ok bool) {
 	if len(b) < unix.SizeofRtMsg {
 		return false
@@ -597,118 +600,138 @@ func decodeCompact(b []byte, tables tableFilter, c *compactRoute) (ok bool) {
 	if int(dstBits) > alen*8 || int(srcBits) > alen*8 {
 		return false
 	}
-	table := Table(b[4])
-	var (
-		dst, src, gw, psrc     [16]byte
-		srcOK, gwOK, psrcOK    bool
-		oif, metric, mtu, nhid uint32
-		pref                   uint8
-	)
-	a := attrs{b: b[unix.SizeofRtMsg:]}
-	for a.next() {
-		v := a.val
-		switch a.typ {
-		case unix.RTA_TABLE:
-			if len(v) != 4 {
-				return false
-			}
-			table = Table(binary.NativeEndian.Uint32(v))
-		case unix.RTA_DST:
-			if len(v) != alen {
-				return false
-			}
-			copy(dst[:], v)
-		case unix.RTA_SRC:
-			if len(v) != alen {
-				return false
-			}
-			copy(src[:], v)
-			srcOK = true
-		case unix.RTA_OIF:
-			if len(v) != 4 {
-				return false
-			}
-			oif = binary.NativeEndian.Uint32(v)
-		case unix.RTA_GATEWAY:
-			if len(v) != alen {
-				return false
-			}
-			copy(gw[:], v)
-			gwOK = true
-		case unix.RTA_PRIORITY:
-			if len(v) != 4 {
-				return false
-			}
-			metric = binary.NativeEndian.Uint32(v)
-		case unix.RTA_PREFSRC:
-			if len(v) != alen {
-				return false
-			}
-			copy(psrc[:], v)
-			psrcOK = true
-		case unix.RTA_METRICS:
-			// The MTU alone: other metrics and locks take the other path.
-			m := attrs{b: v}
-			for m.next() {
-				if m.typ != unix.RTAX_MTU || len(m.val) != 4 {
-					return false
-				}
-				mtu = binary.NativeEndian.Uint32(m.val)
-			}
-			if m.err != nil {
-				return false
-			}
-		case rtaNHID:
-			if len(v) != 4 {
-				return false
-			}
-			nhid = binary.NativeEndian.Uint32(v)
-		case unix.RTA_PREF:
-			if len(v) != 1 || v[0] > 3 {
-				return false
-			}
-			pref = v[0]
-		case unix.RTA_CACHEINFO:
-			// Statistics, and an expiry: a route that expires takes the
-			// other path.
-			if len(v) < 12 || binary.NativeEndian.Uint32(v[8:12]) != 0 {
-				return false
-			}
-		case unix.RTA_PAD:
-		default:
-			// Multipath, RTA_VIA, realms, encapsulation, anything else.
-			return false
-		}
-	}
-	if a.err != nil || !tables.has(table) || srcBits > 0 && !srcOK {
+	at := compactAttrs{table: Table(b[4])}
+	if !at.read(b[unix.SizeofRtMsg:], alen) || !tables.has(at.table) || srcBits > 0 && !at.srcOK {
 		return false
 	}
-	c.family, c.table = f, table
-	var has uint8
-	if gwOK {
-		has |= hasGW
-	}
-	if psrcOK {
-		has |= hasPsrc
-	}
-	if pref != 0 && f == IPv4 {
+	c.family, c.table = f, at.table
+	if at.pref != 0 && f == IPv4 {
+		// A route preference is an IPv6 route's: val4 has no bits for it.
 		return false
 	}
-	has |= pref << prefShift
+	has := at.has()
 	proto, scope, typ := b[5], b[6], b[7]
 	if f == IPv4 {
-		c.k4 = key4{dst: maskAddr4([4]byte(dst[:4]), dstBits), bits: dstBits, tos: tos, metric: metric}
-		c.v4 = val4{gw: [4]byte(gw[:4]), psrc: [4]byte(psrc[:4]), oif: oif, mtu: mtu, flags: flags & rtnhFlags, nhid: nhid,
+		c.k4 = key4{dst: maskAddr4([4]byte(at.dst[:4]), dstBits), bits: dstBits, tos: tos, metric: at.metric}
+		c.v4 = val4{gw: [4]byte(at.gw[:4]), psrc: [4]byte(at.psrc[:4]), oif: at.oif, mtu: at.mtu, flags: flags & rtnhFlags, nhid: at.nhid,
 			proto: proto, scope: scope, typ: typ, has: has}
 		return true
 	}
-	c.k6 = key6{dst: maskAddr16(dst, dstBits), bits: dstBits, metric: metric}
+	c.k6 = key6{dst: maskAddr16(at.dst, dstBits), bits: dstBits, metric: at.metric}
 	if srcBits > 0 {
-		c.k6.src, c.k6.srcBits = maskAddr16(src, srcBits), srcBits+1
+		c.k6.src, c.k6.srcBits = maskAddr16(at.src, srcBits), srcBits+1
 	}
-	c.v6 = val6{gw: gw, psrc: psrc, oif: oif, mtu: mtu, flags: flags & rtnhFlags, nhid: nhid,
+	c.v6 = val6{gw: at.gw, psrc: at.psrc, oif: at.oif, mtu: at.mtu, flags: flags & rtnhFlags, nhid: at.nhid,
 		proto: proto, scope: scope, typ: typ, has: has}
 	return true
+}
+
+// compactAttrs is what decodeCompact reads from a route's attributes, held
+// apart from the compactRoute until the whole message is known to fit.
+// Addresses are in the first alen bytes of their arrays.
+type compactAttrs struct {
+	table                  Table
+	dst, src, gw, psrc     [16]byte
+	srcOK, gwOK, psrcOK    bool
+	oif, metric, mtu, nhid uint32
+	pref                   uint8
+}
+
+// read reads the attributes b of a route whose addresses are alen bytes
+// long. It reports false at the first one the compact form has no room for
+// and at malformed bytes: decodeRoute's path then decodes them, or reports
+// the error.
+func (at *compactAttrs) read(b []byte, alen int) bool {
+	a := attrs{b: b}
+	for a.next() {
+		v, ok := a.val, true
+		switch a.typ {
+		case unix.RTA_TABLE:
+			var t uint32
+			t, ok = compactU32(v)
+			at.table = Table(t)
+		case unix.RTA_DST:
+			ok = compactAddr(&at.dst, v, alen)
+		case unix.RTA_SRC:
+			ok = compactAddr(&at.src, v, alen)
+			at.srcOK = ok
+		case unix.RTA_OIF:
+			at.oif, ok = compactU32(v)
+		case unix.RTA_GATEWAY:
+			ok = compactAddr(&at.gw, v, alen)
+			at.gwOK = ok
+		case unix.RTA_PRIORITY:
+			at.metric, ok = compactU32(v)
+		case unix.RTA_PREFSRC:
+			ok = compactAddr(&at.psrc, v, alen)
+			at.psrcOK = ok
+		case unix.RTA_METRICS:
+			ok = compactMTU(&at.mtu, v)
+		case rtaNHID:
+			at.nhid, ok = compactU32(v)
+		case unix.RTA_PREF:
+			if ok = len(v) == 1 && v[0] <= 3; ok {
+				at.pref = v[0]
+			}
+		case unix.RTA_CACHEINFO:
+			// Statistics, and an expiry: a route that expires takes the
+			// other path.
+			ok = len(v) >= 12 && binary.NativeEndian.Uint32(v[8:12]) == 0
+		case unix.RTA_PAD:
+		default:
+			// Multipath, RTA_VIA, realms, encapsulation, anything else.
+			ok = false
+		}
+		if !ok {
+			return false
+		}
+	}
+	return a.err == nil
+}
+
+// has returns the has bits of the route's val4 or val6.
+func (at *compactAttrs) has() uint8 {
+	var has uint8
+	if at.gwOK {
+		has |= hasGW
+	}
+	if at.psrcOK {
+		has |= hasPsrc
+	}
+	return has | at.pref<<prefShift
+}
+
+// compactU32 reads a u32 attribute's value v; a value of another length
+// does not fit.
+func compactU32(v []byte) (uint32, bool) {
+	if len(v) != 4 {
+		return 0, false
+	}
+	return binary.NativeEndian.Uint32(v), true
+}
+
+// compactAddr copies an address attribute's value v, of alen bytes, into
+// to; a value of another length does not fit.
+func compactAddr(to *[16]byte, v []byte, alen int) bool {
+	if len(v) != alen {
+		return false
+	}
+	copy(to[:], v)
+	return true
+}
+
+// compactMTU reads RTA_METRICS' value v into *mtu when it holds the MTU
+// alone: other metrics and locks take the other path. An RTA_METRICS
+// without the MTU leaves *mtu as it was.
+func compactMTU(mtu *uint32, v []byte) bool {
+	m := attrs{b: v}
+	for m.next() {
+		if m.typ != unix.RTAX_MTU || len(m.val) != 4 {
+			return false
+		}
+		*mtu = binary.NativeEndian.Uint32(m.val)
+	}
+	return m.err == nil
 }
 
 func maskAddr4(a [4]byte, bits uint8) [4]byte {

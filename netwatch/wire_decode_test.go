@@ -405,3 +405,33 @@ func BenchmarkDecodeRoute(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeCompact is a dump's fast path, decodeCompact, on the
+// route of BenchmarkDecodeRoute and on its IPv6 counterpart.
+func BenchmarkDecodeCompact(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+	}{
+		{"ipv4", typicalRoute(b)},
+		{"ipv6", marshal(b, &rtnetlink.RouteMessage{
+			Family: unix.AF_INET6, DstLength: 48, Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_BGP,
+			Scope: unix.RT_SCOPE_UNIVERSE, Type: unix.RTN_UNICAST,
+			Attributes: rtnetlink.RouteAttributes{
+				Table: unix.RT_TABLE_MAIN, Dst: ip("2001:db8:1::"), Gateway: ip("fe80::1"), OutIface: 2, Priority: 1024,
+				Metrics: &rtnetlink.RouteMetrics{MTU: 1355},
+			},
+		})},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var c compactRoute
+			b.ReportAllocs()
+			b.SetBytes(int64(len(tc.msg)))
+			for b.Loop() {
+				if !decodeCompact(tc.msg, tableFilter{}, &c) {
+					b.Fatal("not decoded on the fast path")
+				}
+			}
+		})
+	}
+}

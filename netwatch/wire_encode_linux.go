@@ -25,6 +25,19 @@ func afOf(f Family) uint8 {
 // has, so that a replace installs the route whole. For a delete, scope
 // RT_SCOPE_NOWHERE is the kernel's wildcard; the caller sets it.
 func encodeRoute(r Route) ([]byte, error) {
+	b := encodeRtmsg(r)
+	ae := netlink.NewAttributeEncoder()
+	putRouteAttrs(ae, r)
+	attrs, err := ae.Encode()
+	if err != nil {
+		return nil, err
+	}
+	return append(append(b, attrs...), r.Attrs...), nil
+}
+
+// encodeRtmsg writes the rtmsg header of r. A table of 256 or more has
+// RT_TABLE_COMPAT there and its number in RTA_TABLE alone.
+func encodeRtmsg(r Route) []byte {
 	b := make([]byte, unix.SizeofRtMsg)
 	b[0] = afOf(r.Family)
 	b[1] = uint8(r.Dst.Bits())
@@ -41,8 +54,13 @@ func encodeRoute(r Route) ([]byte, error) {
 	b[6] = uint8(r.Scope)
 	b[7] = uint8(r.Type)
 	binary.NativeEndian.PutUint32(b[8:12], uint32(r.Flags))
+	return b
+}
 
-	ae := netlink.NewAttributeEncoder()
+// putRouteAttrs writes an attribute for each field of r that is set, and
+// RTA_TABLE always; r.Attrs, kept as sent, are encodeRoute's to append
+// after them.
+func putRouteAttrs(ae *netlink.AttributeEncoder, r Route) {
 	ae.Uint32(unix.RTA_TABLE, uint32(r.Table))
 	if r.Dst.Bits() > 0 || r.Dst.Addr().IsValid() && !r.Dst.Addr().IsUnspecified() {
 		ae.Bytes(unix.RTA_DST, r.Dst.Addr().AsSlice())
@@ -81,11 +99,6 @@ func encodeRoute(r Route) ([]byte, error) {
 		ae.Uint32(unix.RTA_EXPIRES, expiresIn(r.Expires))
 	}
 	putEncap(ae, r.Encap)
-	attrs, err := ae.Encode()
-	if err != nil {
-		return nil, err
-	}
-	return append(append(b, attrs...), r.Attrs...), nil
 }
 
 // expiresIn is the remaining lifetime until t in whole seconds, rounded
@@ -184,6 +197,20 @@ func encodeMultipath(f Family, nhs []NextHop) []byte {
 // that is set, Attrs included, so that a delete names the rule completely.
 // The kernel's State flags are not a request's to set.
 func encodeRule(r Rule) ([]byte, error) {
+	b := encodeFibRuleHdr(r)
+	ae := netlink.NewAttributeEncoder()
+	putRuleAttrs(ae, r)
+	attrs, err := ae.Encode()
+	if err != nil {
+		return nil, err
+	}
+	return append(append(b, attrs...), r.Attrs...), nil
+}
+
+// encodeFibRuleHdr writes the fib_rule_hdr of r: of its flags, "not"
+// alone. A table of 256 or more has RT_TABLE_COMPAT there and its number
+// in FRA_TABLE alone.
+func encodeFibRuleHdr(r Rule) []byte {
 	b := make([]byte, 12)
 	b[0] = afOf(r.Family)
 	if r.Dst.IsValid() {
@@ -202,7 +229,13 @@ func encodeRule(r Rule) ([]byte, error) {
 	if r.Invert {
 		binary.NativeEndian.PutUint32(b[8:12], unix.FIB_RULE_INVERT)
 	}
-	ae := netlink.NewAttributeEncoder()
+	return b
+}
+
+// putRuleAttrs writes an attribute for each field of r that is set, and
+// FRA_TABLE always; r.Attrs, kept as sent, are encodeRule's to append
+// after them.
+func putRuleAttrs(ae *netlink.AttributeEncoder, r Rule) {
 	ae.Uint32(unix.FRA_TABLE, uint32(r.Table))
 	if r.Priority != 0 {
 		ae.Uint32(unix.FRA_PRIORITY, r.Priority)
@@ -253,18 +286,16 @@ func encodeRule(r Rule) ([]byte, error) {
 	if r.IPProto != 0 {
 		ae.Uint8(unix.FRA_IP_PROTO, r.IPProto)
 	}
-	for _, p := range []struct {
-		typ uint16
-		pr  PortRange
-	}{{unix.FRA_SPORT_RANGE, r.SPort}, {unix.FRA_DPORT_RANGE, r.DPort}} {
-		if p.pr != (PortRange{}) {
-			v := binary.NativeEndian.AppendUint16(nil, p.pr.Start)
-			ae.Bytes(p.typ, binary.NativeEndian.AppendUint16(v, p.pr.End))
-		}
+	putPortRange(ae, unix.FRA_SPORT_RANGE, r.SPort)
+	putPortRange(ae, unix.FRA_DPORT_RANGE, r.DPort)
+}
+
+// putPortRange writes a rule's port range attribute of type typ, unless
+// pr is zero: the rule has none.
+func putPortRange(ae *netlink.AttributeEncoder, typ uint16, pr PortRange) {
+	if pr == (PortRange{}) {
+		return
 	}
-	attrs, err := ae.Encode()
-	if err != nil {
-		return nil, err
-	}
-	return append(append(b, attrs...), r.Attrs...), nil
+	v := binary.NativeEndian.AppendUint16(nil, pr.Start)
+	ae.Bytes(typ, binary.NativeEndian.AppendUint16(v, pr.End))
 }
