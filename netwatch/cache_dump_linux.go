@@ -49,6 +49,9 @@ func (w *Watcher) fullSync(rc rtnl.Conn, cause ResyncCause) error {
 		}
 	}
 	w.mu.Lock()
+	// Findings of a re-dump whose confirmation this sync cuts short go
+	// out first, as the re-dump's.
+	w.publishFindings()
 	old := w.st
 	next.synced = true
 	next.gen = old.gen + 1
@@ -88,7 +91,7 @@ func (w *Watcher) redumpRoutes(rc rtnl.Conn, fams redumps) error {
 			return err
 		}
 		w.mu.Lock()
-		diffTables(w.st.tables[i], next.tables[i], w.publishResync)
+		diffTables(w.st.tables[i], next.tables[i], w.holdFinding)
 		w.st.tables[i] = next.tables[i]
 		w.st.gen++
 		w.signal()
@@ -112,7 +115,7 @@ func (w *Watcher) redumpRules(rc rtnl.Conn) error {
 	}
 	w.mu.Lock()
 	for f := range next.rules {
-		diffRules(w.st.rules[f], next.rules[f], w.publishResync)
+		diffRules(w.st.rules[f], next.rules[f], w.holdFinding)
 	}
 	w.st.rules = next.rules
 	w.st.gen++

@@ -1,6 +1,11 @@
 package netwatch
 
-import "testing"
+import (
+	"errors"
+	"testing"
+
+	"github.com/marksplit/marksplit/internal/rtnl"
+)
 
 // TestJournal: the journal keeps the last 2048 changes (as View.Changes
 // says), in order, and says when a mark's changes have left it.
@@ -30,3 +35,44 @@ func TestJournal(t *testing.T) {
 		t.Errorf("since(5000), a mark of another cache: %d changes, complete %v; want none, incomplete", n, complete)
 	}
 }
+
+// TestFindingsClaimed: a difference a re-dump found is published with the
+// origin of the event that arrives after it and explains it (the kernel
+// announced the change late), and as the re-dump's when no event does.
+func TestFindingsClaimed(t *testing.T) {
+	w := New(Options{Dialer: nopDialer{}})
+	sub := w.Subscribe(16, nil)
+	defer sub.Close()
+	rule := Rule{Family: IPv4, Priority: 70, Table: 900, Action: ActionToTable}
+	other := Rule{Family: IPv4, Priority: 71, Table: 900, Action: ActionToTable}
+	w.mu.Lock()
+	w.holdFinding(Event{Op: EventDel, Kind: KindRule, Rule: rule})
+	w.holdFinding(Event{Op: EventDel, Kind: KindRule, Rule: other})
+	w.mu.Unlock()
+	if !w.hasFindings() {
+		t.Fatal("findings not held")
+	}
+	ip := Origin{Kind: OriginProgram, Port: 42, PID: 42, Comm: "ip"}
+	// The late event: the rule is no longer in the cache, so it changes
+	// nothing, and claims its finding.
+	w.applyBatch([]change{{Event: Event{Op: EventDel, Kind: KindRule, Rule: rule, Origin: ip}}})
+	w.settleFindings()
+	var got []Event
+	for range 2 {
+		got = append(got, <-sub.Events())
+	}
+	if got[0].Rule.Priority != 70 || got[0].Origin != ip {
+		t.Errorf("first published %+v, want rule 70 with the program's origin", got[0])
+	}
+	if got[1].Rule.Priority != 71 || got[1].Origin.Kind != OriginResync {
+		t.Errorf("second published %+v, want rule 71 as the re-dump's", got[1])
+	}
+	if w.hasFindings() {
+		t.Errorf("findings left after settling")
+	}
+}
+
+// nopDialer dials nothing: for a Watcher that never runs.
+type nopDialer struct{}
+
+func (nopDialer) Dial(rtnl.DialConfig) (rtnl.Conn, error) { return nil, errors.New("nopDialer") }

@@ -136,10 +136,71 @@ func (w *Watcher) publish(c change) {
 	}
 }
 
-// publishResync publishes a difference a re-dump found.
+// publishResync publishes a difference a full re-dump found.
 func (w *Watcher) publishResync(ev Event) {
 	ev.Origin = Origin{Kind: OriginResync}
 	w.publish(change{Event: ev})
+}
+
+// holdFinding keeps a difference a targeted re-dump found until the drain
+// after it: its event may be on its way. Called with mu held.
+func (w *Watcher) holdFinding(ev Event) { w.findings = append(w.findings, ev) }
+
+func (w *Watcher) hasFindings() bool {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return len(w.findings) > 0
+}
+
+// claim publishes, with ev's origin, the finding that ev (an event that
+// changed nothing, the cache having it already) explains. Called with mu
+// held.
+func (w *Watcher) claim(ev Event) {
+	for i, f := range w.findings {
+		if sameChange(f, ev) {
+			f.Origin = ev.Origin
+			w.findings = slices.Delete(w.findings, i, i+1)
+			w.publish(change{Event: f})
+			return
+		}
+	}
+}
+
+// settleFindings publishes the findings no event claimed, as the
+// re-dump's.
+func (w *Watcher) settleFindings() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.publishFindings()
+}
+
+// publishFindings publishes the findings left as the re-dump's; called
+// with mu held.
+func (w *Watcher) publishFindings() {
+	for _, f := range w.findings {
+		w.publishResync(f)
+	}
+	w.findings = w.findings[:0]
+}
+
+// sameChange reports whether event ev is the change f: the same operation
+// on the same object (a deletion names the object as it was).
+func sameChange(f, ev Event) bool {
+	if f.Kind != ev.Kind || f.Op != ev.Op {
+		return false
+	}
+	switch f.Kind {
+	case KindLink:
+		return f.Link.Index == ev.Link.Index
+	case KindAddr:
+		return f.Addr.Key() == ev.Addr.Key()
+	case KindRoute:
+		if f.Op == EventDel {
+			return f.Route.Key() == ev.Route.Key() && sameRoute(f.Route, ev.Route)
+		}
+		return routesMatch(f.Route, ev.Route)
+	}
+	return sameRule(f.Rule, ev.Rule)
 }
 
 // diffStates publishes the changes between two states as events:

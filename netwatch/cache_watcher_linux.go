@@ -117,6 +117,10 @@ type Watcher struct {
 	now     atomic.Pointer[cacheState]
 	// journal keeps the latest changes for View.Changes; guarded by mu.
 	journal journal
+	// findings are the differences the last re-dump found, applied to st
+	// and not yet published: an event on its way may yet say who made
+	// them (claim, settleFindings). Guarded by mu.
+	findings []Event
 	// owners finds the processes behind the ports of notifications.
 	owners ownerFinder
 
@@ -333,6 +337,9 @@ type receiveLoop struct {
 	replies []uint32  // to Barrier calls, read in this round
 	pending redumps   // re-dumps waiting for the drain
 	drain   uint32    // the drain request's sequence; 0 when none is out
+	// confirming: the drain out is the one after a re-dump that found
+	// differences, which wait for it to be published.
+	confirming bool
 }
 
 // run reads and applies events a round at a time, a round being what one
@@ -468,7 +475,7 @@ func (s *receiveLoop) resync(cause ResyncCause) error {
 	if err := s.w.fullSync(s.rc, cause); err != nil {
 		return err
 	}
-	s.pending, s.drain = redumps{}, 0
+	s.pending, s.drain, s.confirming = redumps{}, 0, false
 	s.doneRound()
 	return nil
 }
@@ -477,6 +484,13 @@ func (s *receiveLoop) resync(cause ResyncCause) error {
 // once the drain has come back. It reports whether the round's Barrier
 // calls must wait, as they do for a re-dump that is not done yet.
 func (s *receiveLoop) redumpPending(drained bool) (waiting bool, err error) {
+	if s.confirming {
+		if !drained {
+			return true, nil
+		}
+		s.drain, s.confirming, drained = 0, false, false
+		s.w.settleFindings()
+	}
 	if !s.pending.any() {
 		return false, nil
 	}
@@ -499,7 +513,18 @@ func (s *receiveLoop) redumpPending(drained bool) (waiting bool, err error) {
 		return false, err
 	}
 	s.pending = redumps{}
-	return false, nil
+	if !s.w.hasFindings() {
+		return false, nil
+	}
+	// The re-dump found differences. A dump can see a change before its
+	// event is read: the kernel announces rule changes after it releases
+	// the RTNL lock, and a route can change between the drain and the
+	// dump. Another drain brings such events in; each claims the finding
+	// it explains, with its origin, and what is left was the kernel's
+	// silent doing.
+	rtnlBarrier(s.rc)
+	s.drain, s.confirming = s.w.bar.next(), true
+	return true, sendBarrier(s.mc, s.drain)
 }
 
 // doneRound ends the Barrier calls whose replies came in this round,
@@ -523,6 +548,7 @@ func (w *Watcher) applyBatch(batch []change) (redump redumps) {
 		changed, rd := w.st.apply(ev)
 		redump.add(rd)
 		if !changed {
+			w.claim(ev.Event)
 			continue
 		}
 		n++
