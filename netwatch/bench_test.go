@@ -57,7 +57,7 @@ func startDump(b *testing.B, ns *testNS) rtnl.Conn {
 	}
 	if _, err := c.Send(netlink.Message{
 		Header: netlink.Header{Type: unix.RTM_GETROUTE, Flags: netlink.Request | netlink.Dump},
-		Data:   dumpRequest(unix.RTM_GETROUTE, unix.AF_INET, 0),
+		Data:   dumpRequest(dumpOf{typ: unix.RTM_GETROUTE, af: unix.AF_INET}),
 	}); err != nil {
 		c.Close()
 		b.Fatal(err)

@@ -3,6 +3,7 @@
 package netwatch
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 )
@@ -10,18 +11,35 @@ import (
 // redumps says what the caller must read from the kernel again after
 // changes the kernel made without saying so.
 type redumps struct {
-	routes [2]bool // the routes of a family, by fi(f)
-	rules  bool    // the rules of both families
+	routes [2]bool // every route of a family, by fi(f)
+	// out are links whose routes of a family (by fi(f)) are to be read
+	// again, with a dump the kernel filters by output link: what a link
+	// change can have changed, without reading a full table.
+	out   [2][]uint32
+	rules bool // the rules of both families
 }
 
 // any reports whether anything is to be read again.
-func (r redumps) any() bool { return r.routes[0] || r.routes[1] || r.rules }
+func (r redumps) any() bool {
+	return r.routes[0] || r.routes[1] || len(r.out[0]) > 0 || len(r.out[1]) > 0 || r.rules
+}
 
 // add marks what o marks too.
 func (r *redumps) add(o redumps) {
-	r.routes[0] = r.routes[0] || o.routes[0]
-	r.routes[1] = r.routes[1] || o.routes[1]
+	for f := range r.routes {
+		r.routes[f] = r.routes[f] || o.routes[f]
+		for _, i := range o.out[f] {
+			r.addOut(f, i)
+		}
+	}
 	r.rules = r.rules || o.rules
+}
+
+// addOut marks the routes of family index f out of link index.
+func (r *redumps) addOut(f int, index uint32) {
+	if !slices.Contains(r.out[f], index) {
+		r.out[f] = append(r.out[f], index)
+	}
 }
 
 // allRoutes is a re-dump of the routes of both families.
@@ -47,32 +65,55 @@ func (s *state) apply(ev *change) (changed bool, redump redumps) {
 }
 
 // applyLink applies a link event; a deleted link takes its addresses out
-// of the cache with it. A deletion, or a change of the link's flags, MTU
-// or operational state, asks for the routes again: the kernel changes them
-// silently then.
+// of the cache with it. What the kernel changes silently on a link event
+// is the routes with a path out of that link: it flushes IPv4's when the
+// link goes down or away (and IPv6's when it goes away), marks paths dead
+// or linkdown and back, and lowers IPv6 route MTUs with the link's. So a
+// deletion, or a change of the flags, MTU or operational state, asks for
+// the link's routes again, and only when the cache has some: a link that
+// carries none (a pod's veth coming and going) costs no dump at all.
 func (s *state) applyLink(ev *change) (changed bool, redump redumps) {
-	old, had := s.links[ev.Link.Index]
+	idx := ev.Link.Index
+	old, had := s.links[idx]
 	if ev.Op == EventDel {
 		if !had {
 			return false, redump
 		}
-		delete(s.links, ev.Link.Index)
+		delete(s.links, idx)
 		for k := range s.addrs {
-			if k.Index == ev.Link.Index {
+			if k.Index == idx {
 				delete(s.addrs, k)
 			}
 		}
-		return true, allRoutes
+		s.redumpOut(&redump, idx)
+		return true, redump
 	}
-	s.links[ev.Link.Index] = ev.Link
+	s.links[idx] = ev.Link
 	if had && (old.Flags != ev.Link.Flags || old.MTU != ev.Link.MTU || old.OperState != ev.Link.OperState) {
-		redump.add(allRoutes)
+		s.redumpOut(&redump, idx)
 	}
 	return !had || old != ev.Link, redump
 }
 
-// applyAddr applies an address event; a deletion asks for the routes the
-// kernel changes silently then.
+// redumpOut marks, in each family, the routes out of link index for a
+// re-dump if the cache has any.
+func (s *state) redumpOut(redump *redumps, index uint32) {
+	for f := range s.tables {
+		for _, tb := range s.tables[f] {
+			if tb.usesLink(index) {
+				redump.addOut(f, index)
+				break
+			}
+		}
+	}
+}
+
+// applyAddr applies an address event. Deleting an IPv4 address makes the
+// kernel remove, silently, the IPv4 routes that have it as their source
+// and, when it was the link's last IPv4 address, every IPv4 route out of
+// the link; deleting an IPv6 address clears it from the IPv6 routes that
+// have it as their source. Those are asked for again, when the cache has
+// any.
 func (s *state) applyAddr(ev *change) (changed bool, redump redumps) {
 	k := ev.Addr.Key()
 	old, had := s.addrs[k]
@@ -81,18 +122,31 @@ func (s *state) applyAddr(ev *change) (changed bool, redump redumps) {
 			return false, redump
 		}
 		delete(s.addrs, k)
-		// The kernel removes the IPv4 routes that use the address,
-		// and clears it from the IPv6 routes that have it as
-		// prefsrc, without events.
-		if FamilyOf(k.Prefix.Addr()) == IPv4 {
-			redump.routes[0] = true
-		} else {
-			redump.routes[1] = s.usesPrefSrc(IPv6, k.Prefix.Addr())
+		a := k.Prefix.Addr()
+		f := FamilyOf(a)
+		redump.routes[fi(f)] = s.usesPrefSrc(f, a)
+		if f == IPv4 && !s.hasAddr(k.Index, IPv4) {
+			for _, tb := range s.tables[fi(IPv4)] {
+				if tb.usesLink(k.Index) {
+					redump.addOut(fi(IPv4), k.Index)
+					break
+				}
+			}
 		}
 		return true, redump
 	}
 	s.addrs[k] = ev.Addr
 	return !had || old != ev.Addr, redump
+}
+
+// hasAddr reports whether link index has an address of family f.
+func (s *state) hasAddr(index uint32, f Family) bool {
+	for k := range s.addrs {
+		if k.Index == index && FamilyOf(k.Prefix.Addr()) == f {
+			return true
+		}
+	}
+	return false
 }
 
 // applyRule applies a rule event, and always asks for the rules again.
@@ -268,4 +322,67 @@ func applyRouteNew(tb *table, ev *change) (changed bool, redump redumps) {
 		tb.setAll(k, append([]Route{r}, cur...))
 	}
 	return true, redump
+}
+
+// replaceOut replaces the routes of family f with a path out of link index
+// by those of next (a dump of them), emitting each difference. It changes
+// nothing and reports false when a route through several paths, or a key
+// holding several routes, is involved: those the caller reads whole.
+func (s *state) replaceOut(f Family, index uint32, next *state, emit func(Event)) bool {
+	simple := func(tb *table, r Route) bool {
+		return r.NextHops == nil && len(tb.dups[r.Key()]) == 0
+	}
+	// The cache's routes out of the link, by key.
+	cur := make(map[RouteKey]Route)
+	ok := true
+	for _, tb := range s.tables[fi(f)] {
+		if !tb.usesLink(index) {
+			continue
+		}
+		tb.all(func(r Route) bool {
+			if r.Index == index || slices.ContainsFunc(r.NextHops, func(h NextHop) bool { return h.Index == index }) {
+				ok = simple(tb, r)
+				cur[r.Key()] = r
+			}
+			return ok
+		})
+		if !ok {
+			return false
+		}
+	}
+	for _, ntb := range next.tables[fi(f)] {
+		ntb.all(func(r Route) bool {
+			ok = simple(ntb, r)
+			if tb := s.table(f, r.Table, false); ok && tb != nil && len(tb.dups[r.Key()]) > 0 {
+				ok = false
+			}
+			return ok
+		})
+		if !ok {
+			return false
+		}
+	}
+	for _, ntb := range next.tables[fi(f)] {
+		ntb.all(func(r Route) bool {
+			k := r.Key()
+			tb := s.table(f, r.Table, true)
+			old, had := tb.get(k)
+			delete(cur, k)
+			if !had || !old.Equal(r) {
+				tb.setAll(k, []Route{r})
+				emit(Event{Op: EventNew, Kind: KindRoute, Route: r})
+			}
+			return true
+		})
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(cur), RouteKey.Compare) {
+		r := cur[k]
+		tb := s.table(f, k.Table, false)
+		tb.setAll(k, nil)
+		if tb.len() == 0 {
+			delete(s.tables[fi(f)], k.Table)
+		}
+		emit(Event{Op: EventDel, Kind: KindRoute, Route: r})
+	}
+	return true
 }

@@ -23,6 +23,14 @@ func (w *Watcher) redump(rc rtnl.Conn, pending redumps) error {
 			return err
 		}
 	}
+	for i, f := range []Family{IPv4, IPv6} {
+		if len(pending.out[i]) == 0 || pending.routes[i] {
+			continue
+		}
+		if err := w.redumpRoutesOut(rc, f, pending.out[i]); err != nil {
+			return err
+		}
+	}
 	if pending.rules {
 		return w.redumpRules(rc)
 	}
@@ -35,13 +43,13 @@ func (w *Watcher) fullSync(rc rtnl.Conn, cause ResyncCause) error {
 	start := time.Now()
 	next := newState()
 	steps := []func(*state) error{
-		func(s *state) error { return w.dump(rc, unix.RTM_GETLINK, unix.AF_UNSPEC, 0, s) },
-		func(s *state) error { return w.dump(rc, unix.RTM_GETADDR, unix.AF_INET, 0, s) },
-		func(s *state) error { return w.dump(rc, unix.RTM_GETADDR, unix.AF_INET6, 0, s) },
+		func(s *state) error { return w.dump(rc, dumpOf{typ: unix.RTM_GETLINK, af: unix.AF_UNSPEC}, s) },
+		func(s *state) error { return w.dump(rc, dumpOf{typ: unix.RTM_GETADDR, af: unix.AF_INET}, s) },
+		func(s *state) error { return w.dump(rc, dumpOf{typ: unix.RTM_GETADDR, af: unix.AF_INET6}, s) },
 		func(s *state) error { return w.dumpRoutes(rc, IPv4, s) },
 		func(s *state) error { return w.dumpRoutes(rc, IPv6, s) },
-		func(s *state) error { return w.dump(rc, unix.RTM_GETRULE, unix.AF_INET, 0, s) },
-		func(s *state) error { return w.dump(rc, unix.RTM_GETRULE, unix.AF_INET6, 0, s) },
+		func(s *state) error { return w.dump(rc, dumpOf{typ: unix.RTM_GETRULE, af: unix.AF_INET}, s) },
+		func(s *state) error { return w.dump(rc, dumpOf{typ: unix.RTM_GETRULE, af: unix.AF_INET6}, s) },
 	}
 	for _, step := range steps {
 		if err := step(next); err != nil {
@@ -103,13 +111,66 @@ func (w *Watcher) redumpRoutes(rc rtnl.Conn, fams redumps) error {
 	return nil
 }
 
+// maxOutDumps is how many links' routes a re-dump reads link by link;
+// more, as a burst of link changes brings, and it reads the family whole.
+const maxOutDumps = 16
+
+// redumpRoutesOut re-reads the routes of family f out of the given links,
+// each with a dump the kernel filters by output link, and replaces the
+// cache's routes out of them with what it lists. Routes through several
+// paths, and keys that hold several routes, cannot be replaced link by
+// link: when the cache or a dump has one, the family is read whole.
+func (w *Watcher) redumpRoutesOut(rc rtnl.Conn, f Family, links []uint32) error {
+	if len(links) > maxOutDumps {
+		return w.redumpRoutes(rc, familyRedump(f))
+	}
+	defer w.releaseDumpBuffers()
+	af := uint8(unix.AF_INET)
+	if f == IPv6 {
+		af = unix.AF_INET6
+	}
+	for _, idx := range links {
+		next := newState()
+		tables := w.opts.RouteTables
+		if tables == nil {
+			tables = []Table{0}
+		}
+		for _, t := range tables {
+			if err := w.dump(rc, dumpOf{typ: unix.RTM_GETROUTE, af: af, table: t, oif: idx}, next); err != nil {
+				return err
+			}
+		}
+		w.mu.Lock()
+		done := w.st.replaceOut(f, idx, next, w.holdFinding)
+		if done {
+			w.st.gen++
+			w.signal()
+		}
+		w.mu.Unlock()
+		if !done {
+			return w.redumpRoutes(rc, familyRedump(f))
+		}
+		w.statMu.Lock()
+		w.stats.Resyncs[ResyncRoutes]++
+		w.statMu.Unlock()
+	}
+	return nil
+}
+
+// familyRedump is a re-dump of every route of family f.
+func familyRedump(f Family) redumps {
+	var r redumps
+	r.routes[fi(f)] = true
+	return r
+}
+
 // redumpRules re-reads the rules of both families after a rule event the
 // cache could not apply unambiguously.
 func (w *Watcher) redumpRules(rc rtnl.Conn) error {
 	defer w.releaseDumpBuffers()
 	next := newState()
 	for _, af := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		if err := w.dump(rc, unix.RTM_GETRULE, af, 0, next); err != nil {
+		if err := w.dump(rc, dumpOf{typ: unix.RTM_GETRULE, af: af}, next); err != nil {
 			return err
 		}
 	}
@@ -133,10 +194,10 @@ func (w *Watcher) dumpRoutes(rc rtnl.Conn, f Family, s *state) error {
 		af = unix.AF_INET6
 	}
 	if w.opts.RouteTables == nil {
-		return w.dump(rc, unix.RTM_GETROUTE, af, 0, s)
+		return w.dump(rc, dumpOf{typ: unix.RTM_GETROUTE, af: af}, s)
 	}
 	for _, t := range w.opts.RouteTables {
-		if err := w.dump(rc, unix.RTM_GETROUTE, af, t, s); err != nil {
+		if err := w.dump(rc, dumpOf{typ: unix.RTM_GETROUTE, af: af, table: t}, s); err != nil {
 			return err
 		}
 	}
@@ -144,9 +205,9 @@ func (w *Watcher) dumpRoutes(rc rtnl.Conn, f Family, s *state) error {
 }
 
 // dump runs one dump into s, again while the kernel marks it interrupted.
-func (w *Watcher) dump(rc rtnl.Conn, typ uint16, af uint8, t Table, s *state) error {
+func (w *Watcher) dump(rc rtnl.Conn, d dumpOf, s *state) error {
 	for attempt := 1; ; attempt++ {
-		intr, err := w.dumpOnce(rc, typ, af, t, s)
+		intr, err := w.dumpOnce(rc, d, s)
 		if err != nil || !intr {
 			return err
 		}
@@ -154,16 +215,16 @@ func (w *Watcher) dump(rc rtnl.Conn, typ uint16, af uint8, t Table, s *state) er
 		w.stats.Resyncs[ResyncInterrupted]++
 		w.statMu.Unlock()
 		if attempt == maxDumpAttempts {
-			return fmt.Errorf("netwatch: dump of type %d family %d interrupted %d times", typ, af, attempt)
+			return fmt.Errorf("netwatch: dump of type %d family %d interrupted %d times", d.typ, d.af, attempt)
 		}
-		clearDump(typ, af, t, s)
+		clearDump(d, s)
 	}
 }
 
 // clearDump forgets what an interrupted dump put into s.
-func clearDump(typ uint16, af uint8, t Table, s *state) {
-	f, _ := familyOf(af)
-	switch typ {
+func clearDump(d dumpOf, s *state) {
+	f, _ := familyOf(d.af)
+	switch d.typ {
 	case unix.RTM_GETLINK:
 		clear(s.links)
 	case unix.RTM_GETADDR:
@@ -173,10 +234,10 @@ func clearDump(typ uint16, af uint8, t Table, s *state) {
 			}
 		}
 	case unix.RTM_GETROUTE:
-		if t == 0 {
-			clear(s.tables[fi(f)])
+		if d.table == 0 || d.oif != 0 {
+			clear(s.tables[fi(f)]) // a dump by link has a state of its own
 		} else {
-			delete(s.tables[fi(f)], t)
+			delete(s.tables[fi(f)], d.table)
 		}
 	case unix.RTM_GETRULE:
 		s.rules[fi(f)] = nil
@@ -185,10 +246,10 @@ func clearDump(typ uint16, af uint8, t Table, s *state) {
 
 // dumpOnce runs one dump into s and reports whether the kernel marked it
 // interrupted. A dump of a table that does not exist (yet) is empty.
-func (w *Watcher) dumpOnce(rc rtnl.Conn, typ uint16, af uint8, t Table, s *state) (intr bool, err error) {
+func (w *Watcher) dumpOnce(rc rtnl.Conn, d dumpOf, s *state) (intr bool, err error) {
 	req, err := rc.Send(netlink.Message{
-		Header: netlink.Header{Type: netlink.HeaderType(typ), Flags: netlink.Request | netlink.Dump},
-		Data:   dumpRequest(typ, af, t),
+		Header: netlink.Header{Type: netlink.HeaderType(d.typ), Flags: netlink.Request | netlink.Dump},
+		Data:   dumpRequest(d),
 	})
 	if err != nil {
 		return false, fmt.Errorf("netwatch: request dump: %w", err)
@@ -210,10 +271,12 @@ func (w *Watcher) dumpOnce(rc rtnl.Conn, typ uint16, af uint8, t Table, s *state
 	}
 	applyErr := w.closeDumpPipe(p)
 	switch {
-	case recvErr != nil && t != 0 && errors.Is(recvErr, unix.ENOENT):
+	case recvErr != nil && d.table != 0 && errors.Is(recvErr, unix.ENOENT):
 		return false, nil // the table does not exist yet
+	case recvErr != nil && d.oif != 0 && errors.Is(recvErr, unix.ENODEV):
+		return false, nil // the link is gone, and every route out of it
 	case recvErr != nil:
-		return false, fmt.Errorf("netwatch: dump type %d family %d: %w", typ, af, recvErr)
+		return false, fmt.Errorf("netwatch: dump type %d family %d: %w", d.typ, d.af, recvErr)
 	}
 	return intr, applyErr
 }

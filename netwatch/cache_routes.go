@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"net/netip"
+	"slices"
 )
 
 // Routes are the bulk of a cache (a full BGP table is a million of them), so
@@ -400,4 +401,29 @@ func (t *table) within(p netip.Prefix, yield func(Route) bool) {
 		}
 		return yield(t.route4(k, v)) && yieldDups(t, t.key4Route, k, yield)
 	})
+}
+
+// usesLink reports whether a route of the table has a path out of link
+// index, dead or not. It reads the compact values, building no Route.
+func (t *table) usesLink(index uint32) bool {
+	uses := func(r Route) bool {
+		return r.Index == index || slices.ContainsFunc(r.NextHops, func(h NextHop) bool { return h.Index == index })
+	}
+	for _, r := range t.extra {
+		if uses(r) {
+			return true
+		}
+	}
+	for _, rs := range t.dups {
+		if slices.ContainsFunc(rs, uses) {
+			return true
+		}
+	}
+	found := false
+	if t.family == IPv4 {
+		t.m4.all(func(_ key4, v val4) bool { found = v.oif == index && v.has&hasExtra == 0; return !found })
+	} else {
+		t.m6.all(func(_ key6, v val6) bool { found = v.oif == index && v.has&hasExtra == 0; return !found })
+	}
+	return found
 }

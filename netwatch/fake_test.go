@@ -511,6 +511,7 @@ func TestFakeSilentRouteRemoval(t *testing.T) {
 			k, eth := fakeHost(t)
 			w, _ := startFake(t, k, Options{})
 			waitFake(t, w, k, "initial sync")
+			k.ResetRequests()
 			if err := tc.do(k, eth); err != nil {
 				t.Fatal(err)
 			}
@@ -518,7 +519,58 @@ func TestFakeSilentRouteRemoval(t *testing.T) {
 			if st := w.Stats(); st.Resyncs[ResyncRoutes] == 0 {
 				t.Errorf("no route re-dump: %+v", st)
 			}
+			// A link going down asks for that link's routes, not the
+			// table. (Removing an address, as a deleted link's are, asks
+			// for the family: the kernel drops the routes that have the
+			// address as source, out of any link.)
+			for _, oif := range routeDumpLinks(t, k) {
+				if oif != eth && tc.name == "link down" {
+					t.Errorf("a route dump of link %d (0: all), want only link %d's", oif, eth)
+				}
+			}
 		})
+	}
+}
+
+// routeDumpLinks returns the output link of each route dump the fake
+// kernel was asked for (0: every link).
+func routeDumpLinks(t *testing.T, k *nltest.Kernel) []uint32 {
+	t.Helper()
+	var oifs []uint32
+	for _, r := range k.Requests() {
+		if r.Type == unix.RTM_GETROUTE && r.Flags&netlink.Dump != 0 {
+			rt, ok := r.Object.(nltest.Route)
+			if !ok {
+				t.Fatalf("route dump request %+v does not decode", r)
+			}
+			oifs = append(oifs, rt.Index)
+		}
+	}
+	return oifs
+}
+
+// TestFakeUnrelatedLinkNoRedump: a link that carries no route (a pod's
+// veth) goes up and down, changes its MTU and goes away without a single
+// route dump: the kernel can have changed no route.
+func TestFakeUnrelatedLinkNoRedump(t *testing.T) {
+	k, _ := fakeHost(t)
+	w, _ := startFake(t, k, Options{})
+	waitFake(t, w, k, "initial sync")
+	spare := k.AddLink("spare0", "veth", 1500, false)
+	waitFake(t, w, k, "the spare link")
+	k.ResetRequests()
+	before := w.Stats().Resyncs[ResyncRoutes]
+	for i := range 20 {
+		must(t, k.SetLinkUp(spare, i%2 == 0))
+	}
+	must(t, k.SetLinkMTU(spare, 1400))
+	must(t, k.DelLink(spare))
+	waitFake(t, w, k, "the spare link's changes")
+	if oifs := routeDumpLinks(t, k); len(oifs) > 0 {
+		t.Errorf("route dumps for links %v; want none", oifs)
+	}
+	if n := w.Stats().Resyncs[ResyncRoutes] - before; n != 0 {
+		t.Errorf("%d route re-dumps, want none", n)
 	}
 }
 

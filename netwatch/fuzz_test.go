@@ -612,7 +612,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		{unix.RTM_GETRULE, unix.AF_INET6, "FuzzDecodeRule"},
 	} {
 		if _, err := c.Send(netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(d.typ), Flags: netlink.Request | netlink.Dump},
-			Data: dumpRequest(d.typ, d.af, 0)}); err != nil {
+			Data: dumpRequest(dumpOf{typ: d.typ, af: d.af})}); err != nil {
 			t.Fatal(err)
 		}
 		dir := filepath.Join("testdata", "fuzz", d.target)

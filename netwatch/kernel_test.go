@@ -1723,7 +1723,7 @@ func TestKernelLargeDatagram(t *testing.T) {
 	}
 	defer c.Close()
 	req, err := c.Send(netlink.Message{Header: netlink.Header{Type: unix.RTM_GETLINK, Flags: netlink.Request | netlink.Dump},
-		Data: dumpRequest(unix.RTM_GETLINK, unix.AF_UNSPEC, 0)})
+		Data: dumpRequest(dumpOf{typ: unix.RTM_GETLINK, af: unix.AF_UNSPEC})})
 	if err != nil {
 		t.Fatal(err)
 	}

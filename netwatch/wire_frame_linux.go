@@ -148,7 +148,8 @@ func (s *state) addDatagram(d []byte, tables tableFilter) error {
 const rtextFilterSkipStats = 1 << 3
 
 // dumpRequest builds the header of a strict dump request.
-func dumpRequest(typ uint16, af uint8, t Table) []byte {
+func dumpRequest(d dumpOf) []byte {
+	typ, af, t := d.typ, d.af, d.table
 	switch typ {
 	case unix.RTM_GETLINK:
 		// Without IFLA_EXT_MASK the kernel sizes link dump datagrams
@@ -165,12 +166,20 @@ func dumpRequest(typ uint16, af uint8, t Table) []byte {
 		b[0] = af
 		return b
 	case unix.RTM_GETROUTE:
-		b := make([]byte, unix.SizeofRtMsg, unix.SizeofRtMsg+8)
+		b := make([]byte, unix.SizeofRtMsg, unix.SizeofRtMsg+16)
 		b[0] = af
 		if t != 0 {
 			b = binary.NativeEndian.AppendUint16(b, 8)
 			b = binary.NativeEndian.AppendUint16(b, unix.RTA_TABLE)
 			b = binary.NativeEndian.AppendUint32(b, uint32(t))
+		}
+		if d.oif != 0 {
+			// With strict checking the kernel filters by output link
+			// itself: a route is listed when one of its paths leaves
+			// by it (fib_info_nh_uses_dev, and IPv6's equivalent).
+			b = binary.NativeEndian.AppendUint16(b, 8)
+			b = binary.NativeEndian.AppendUint16(b, unix.RTA_OIF)
+			b = binary.NativeEndian.AppendUint32(b, d.oif)
 		}
 		return b
 	default: // RTM_GETRULE
@@ -178,6 +187,15 @@ func dumpRequest(typ uint16, af uint8, t Table) []byte {
 		b[0] = af
 		return b
 	}
+}
+
+// dumpOf says what a dump lists: a message type and family, and for
+// routes the table (0: all) and the output link (0: any).
+type dumpOf struct {
+	typ   uint16
+	af    uint8
+	table Table
+	oif   uint32
 }
 
 // rtnlBarrier returns once the kernel has finished the change whose event
