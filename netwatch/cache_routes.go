@@ -151,6 +151,30 @@ type table struct {
 	extra map[RouteKey]Route
 	// dups holds the second and later routes that share a key, in order.
 	dups map[RouteKey][]Route
+	// byLink counts the routes with a path out of each link, by index:
+	// whether a link change can have touched the table is a look-up.
+	byLink []int32
+}
+
+// countLink adds d to the count of routes out of link index.
+func (t *table) countLink(index uint32, d int32) {
+	if index == 0 {
+		return
+	}
+	if int(index) >= len(t.byLink) {
+		t.byLink = append(t.byLink, make([]int32, int(index)+1-len(t.byLink))...)
+	}
+	t.byLink[index] += d
+}
+
+// countRoute adds d to the counts of each link r has a path out of.
+func (t *table) countRoute(r Route, d int32) {
+	t.countLink(r.Index, d)
+	for i, h := range r.NextHops {
+		if h.Index != r.Index && !slices.ContainsFunc(r.NextHops[:i], func(o NextHop) bool { return o.Index == h.Index }) {
+			t.countLink(h.Index, d)
+		}
+	}
 }
 
 // newTable returns an empty table.
@@ -297,10 +321,11 @@ func (t *table) addNew(r Route) bool {
 		return false
 	}
 	k := r.Key()
-	if t.family == IPv4 {
-		return t.m4.add(mk4(k), pack4(r))
+	added := t.family == IPv4 && t.m4.add(mk4(k), pack4(r)) || t.family == IPv6 && t.m6.add(mk6(k), pack6(r))
+	if added {
+		t.countLink(r.Index, 1)
 	}
-	return t.m6.add(mk6(k), pack6(r))
+	return added
 }
 
 func pack4(r Route) val4 {
@@ -330,6 +355,12 @@ func pack6(r Route) val6 {
 // setAll stores rs (all sharing one key, in order) as the routes of that
 // key; an empty rs removes the key.
 func (t *table) setAll(k RouteKey, rs []Route) {
+	for _, r := range t.getAll(k) {
+		t.countRoute(r, -1)
+	}
+	for _, r := range rs {
+		t.countRoute(r, 1)
+	}
 	if len(rs) == 0 {
 		delete(t.extra, k)
 		delete(t.dups, k)
@@ -404,26 +435,7 @@ func (t *table) within(p netip.Prefix, yield func(Route) bool) {
 }
 
 // usesLink reports whether a route of the table has a path out of link
-// index, dead or not. It reads the compact values, building no Route.
+// index, dead or not.
 func (t *table) usesLink(index uint32) bool {
-	uses := func(r Route) bool {
-		return r.Index == index || slices.ContainsFunc(r.NextHops, func(h NextHop) bool { return h.Index == index })
-	}
-	for _, r := range t.extra {
-		if uses(r) {
-			return true
-		}
-	}
-	for _, rs := range t.dups {
-		if slices.ContainsFunc(rs, uses) {
-			return true
-		}
-	}
-	found := false
-	if t.family == IPv4 {
-		t.m4.all(func(_ key4, v val4) bool { found = v.oif == index && v.has&hasExtra == 0; return !found })
-	} else {
-		t.m6.all(func(_ key6, v val6) bool { found = v.oif == index && v.has&hasExtra == 0; return !found })
-	}
-	return found
+	return int(index) < len(t.byLink) && t.byLink[index] > 0
 }

@@ -8,7 +8,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestRoutesWithin: RoutesWithin yields exactly the routes whose
+// TestRoutesWithin: usesLink counts right, and RoutesWithin yields exactly the routes whose
 // destination lies inside the prefix, as a walk of the table finds them,
 // whatever the table's history: keys in and out of order (the store's
 // array and side map), deleted entries, routes sharing a key, routes that
@@ -30,7 +30,12 @@ func TestRoutesWithin(t *testing.T) {
 		st := newState()
 		for i := range rapid.IntRange(0, 200).Draw(t, "routes") {
 			r := Route{Family: f, Table: 900, Dst: prefix("dst"), Metric: rapid.Uint32Range(0, 2).Draw(t, "metric"),
-				Index: 2, Type: RouteUnicast, Protocol: ProtoStatic}
+				Index: rapid.Uint32Range(1, 3).Draw(t, "index"), Type: RouteUnicast, Protocol: ProtoStatic}
+			if rapid.IntRange(0, 9).Draw(t, "multipath") == 0 {
+				r.Index = 0
+				r.NextHops = []NextHop{{Index: rapid.Uint32Range(1, 3).Draw(t, "hop1"), Weight: 1},
+					{Index: rapid.Uint32Range(1, 3).Draw(t, "hop2"), Weight: 1}}
+			}
 			if f == IPv4 {
 				r.TOS = rapid.SampledFrom([]uint8{0, 0x10}).Draw(t, "tos")
 			}
@@ -50,6 +55,18 @@ func TestRoutesWithin(t *testing.T) {
 			}
 		}
 		v := View{s: st}
+		// The table's count of routes by link agrees with a walk.
+		for idx := uint32(1); idx <= 4; idx++ {
+			walked := false
+			for r := range v.Routes(f, 900) {
+				if r.Index == idx || slices.ContainsFunc(r.NextHops, func(h NextHop) bool { return h.Index == idx }) {
+					walked = true
+				}
+			}
+			if tb := st.table(f, 900, false); tb != nil && tb.usesLink(idx) != walked {
+				t.Fatalf("usesLink(%d) = %v, a walk says %v", idx, tb.usesLink(idx), walked)
+			}
+		}
 		p := prefix("p")
 		var want []Route
 		for r := range v.Routes(f, 900) {

@@ -115,7 +115,12 @@ func (s *state) addDatagram(d []byte, tables tableFilter) error {
 				if last == nil || last.family != c.family || last.id != c.table {
 					last = s.table(c.family, c.table, true)
 				}
-				if c.family == IPv4 && last.m4.add(c.k4, c.v4) || c.family == IPv6 && last.m6.add(c.k6, c.v6) {
+				if c.family == IPv4 && last.m4.add(c.k4, c.v4) {
+					last.countLink(c.v4.oif, 1)
+					continue
+				}
+				if c.family == IPv6 && last.m6.add(c.k6, c.v6) {
+					last.countLink(c.v6.oif, 1)
 					continue
 				}
 			}
