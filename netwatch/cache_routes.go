@@ -355,8 +355,11 @@ func pack6(r Route) val6 {
 // setAll stores rs (all sharing one key, in order) as the routes of that
 // key; an empty rs removes the key.
 func (t *table) setAll(k RouteKey, rs []Route) {
-	for _, r := range t.getAll(k) {
+	if r, ok := t.get(k); ok {
 		t.countRoute(r, -1)
+		for _, d := range t.dups[k] {
+			t.countRoute(d, -1)
+		}
 	}
 	for _, r := range rs {
 		t.countRoute(r, 1)

@@ -335,6 +335,7 @@ type receiveLoop struct {
 	rc      rtnl.Conn // the request socket, for dumps
 	batch   []change  // the events of the round, its array reused
 	replies []uint32  // to Barrier calls, read in this round
+	buf     []byte    // the datagrams of the round, its array reused
 	pending redumps   // re-dumps waiting for the drain
 	drain   uint32    // the drain request's sequence; 0 when none is out
 	// confirming: the drain out is the one after a re-dump that found
@@ -360,6 +361,12 @@ func (s *receiveLoop) run(ctx context.Context) error {
 			if err := s.mc.SetReadDeadline(time.Time{}); err != nil {
 				return err
 			}
+		case errors.Is(recvErr, errTruncated):
+			w.log.Warn("netwatch: rtnetlink datagram cut short; resyncing", "err", recvErr)
+			if err := s.resync(ResyncOverflow); err != nil {
+				return err
+			}
+			continue
 		case errors.Is(recvErr, unix.ENOBUFS):
 			w.log.Warn("netwatch: rtnetlink receive buffer overflowed; resyncing", "buffer", w.opts.ReadBuffer)
 			if err := s.reopen(); err != nil {
@@ -391,18 +398,24 @@ func (s *receiveLoop) run(ctx context.Context) error {
 	}
 }
 
-// receive reads one round's messages from the multicast socket and
-// applies their events under one lock. It reports whether the drain's
-// reply was among them, and the read's error.
+// receive reads one round's messages from the multicast socket (every
+// datagram queued, ReceiveBatch) and applies their events under one lock.
+// It reports whether the drain's reply was among them, and the read's
+// error, which comes after the messages read before it.
 func (s *receiveLoop) receive() (drained bool, recvErr error) {
 	s.batch = s.batch[:0]
 	pid := s.mc.PID()
-	for m, err := range s.mc.ReceiveIter() {
+	var data []byte
+	data, recvErr = s.mc.ReceiveBatch(s.buf[:0])
+	s.buf = data[:0]
+	for len(data) > 0 {
+		h, body, rest, err := nextMessage(data)
 		if err != nil {
-			recvErr = err
+			s.malformed(h.Type, err)
 			break
 		}
-		if s.take(m, pid) {
+		data = rest
+		if s.take(netlink.Message{Header: h, Data: body}, pid) {
 			drained = true
 		}
 	}
@@ -411,6 +424,17 @@ func (s *receiveLoop) receive() (drained bool, recvErr error) {
 		s.pending.add(rd)
 	}
 	return drained, recvErr
+}
+
+// malformed counts a message that cannot be read and asks for a resync:
+// it may have changed anything.
+func (s *receiveLoop) malformed(typ netlink.HeaderType, err error) {
+	w := s.w
+	w.log.Warn("netwatch: undecodable event; resyncing", "type", typ, "err", err)
+	w.statMu.Lock()
+	w.stats.Malformed++
+	w.statMu.Unlock()
+	w.resyncReq.Store(true)
 }
 
 // take sorts one message received on the multicast socket, whose port is
@@ -432,18 +456,15 @@ func (s *receiveLoop) take(m netlink.Message, pid uint32) (drain bool) {
 		s.pending.add(allRoutes)
 		return false
 	}
+	if m.Header.Type < unix.RTM_BASE {
+		return false // NLMSG_NOOP, _DONE and _OVERRUN carry no change
+	}
 	ev, err := decode(m, w.tables)
 	if errors.Is(err, errSkip) {
 		return false
 	}
 	if err != nil {
-		// A message we cannot read may have changed
-		// anything: count it and read everything again.
-		w.log.Warn("netwatch: undecodable event; resyncing", "type", m.Header.Type, "err", err)
-		w.statMu.Lock()
-		w.stats.Malformed++
-		w.statMu.Unlock()
-		w.resyncReq.Store(true)
+		s.malformed(m.Header.Type, err)
 		return false
 	}
 	ev.Origin = w.origin(m.Header.PID)

@@ -127,6 +127,41 @@ func (c *faultConn) arm(f func(netlink.Message) (netlink.Message, error)) {
 	c.mutate = f
 }
 
+// ReceiveBatch hands the first message of the batch to the armed fault,
+// which may change it or fail the read.
+func (c *faultConn) ReceiveBatch(b []byte) ([]byte, error) {
+	start := len(b)
+	b, err := c.Conn.ReceiveBatch(b)
+	c.mu.Lock()
+	f := c.mutate
+	if err == nil && len(b) > start {
+		c.mutate = nil
+	}
+	c.mu.Unlock()
+	if f == nil || err != nil || len(b) == start {
+		return b, err
+	}
+	h, body, rest, perr := nextMessage(b[start:])
+	if perr != nil {
+		return b, perr
+	}
+	m, ferr := f(netlink.Message{Header: h, Data: body})
+	if ferr != nil {
+		return b[:start], ferr
+	}
+	out := append([]byte(nil), b[:start]...)
+	out = binary.NativeEndian.AppendUint32(out, uint32(16+len(m.Data)))
+	out = binary.NativeEndian.AppendUint16(out, uint16(m.Header.Type))
+	out = binary.NativeEndian.AppendUint16(out, uint16(m.Header.Flags))
+	out = binary.NativeEndian.AppendUint32(out, m.Header.Sequence)
+	out = binary.NativeEndian.AppendUint32(out, m.Header.PID)
+	out = append(out, m.Data...)
+	for len(out)%4 != 0 {
+		out = append(out, 0)
+	}
+	return append(out, rest...), nil
+}
+
 func (c *faultConn) ReceiveIter() iter.Seq2[netlink.Message, error] {
 	return func(yield func(netlink.Message, error) bool) {
 		for m, err := range c.Conn.ReceiveIter() {

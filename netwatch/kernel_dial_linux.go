@@ -3,6 +3,7 @@
 package netwatch
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -101,4 +102,54 @@ func (c kernelConn) ReceiveDatagram(b []byte) ([]byte, error) {
 		return nil, os.NewSyscallError("recvfrom", recvErr)
 	}
 	return b[:n], nil
+}
+
+// batchFree is the capacity ReceiveBatch keeps free for the next datagram:
+// more than any notification the kernel sends (a link with many VFs is
+// tens of KiB). A longer one would be cut short: ReceiveBatch says so
+// rather than lose it silently.
+const batchFree = 256 << 10
+
+// errTruncated is ReceiveBatch's error for a datagram longer than the room
+// it had: events were lost, as with an overflow.
+var errTruncated = errors.New("netwatch: rtnetlink datagram longer than the receive buffer")
+
+// ReceiveBatch reads the queued datagrams with one wake-up of the
+// goroutine, not one per datagram: a burst of events costs a recvfrom
+// each and nothing else.
+func (c kernelConn) ReceiveBatch(b []byte) ([]byte, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return b, err
+	}
+	var recvErr error
+	err = rc.Read(func(fd uintptr) bool {
+		for {
+			if len(b) > 0 && cap(b)-len(b) < batchFree {
+				return true
+			}
+			if cap(b)-len(b) < batchFree {
+				b = append(b[:cap(b)], make([]byte, batchFree)...)[:len(b)]
+			}
+			free := b[len(b):cap(b)]
+			n, _, e := unix.Recvfrom(int(fd), free, unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+			switch {
+			case e == unix.EAGAIN:
+				return len(b) > 0 // with nothing read yet, wait
+			case e == unix.EINTR:
+				continue
+			case e != nil:
+				recvErr = os.NewSyscallError("recvfrom", e)
+				return true
+			case n > len(free):
+				recvErr = errTruncated
+				return true
+			}
+			b = b[:len(b)+n]
+		}
+	})
+	if err != nil {
+		return b, err
+	}
+	return b, recvErr
 }

@@ -90,6 +90,16 @@ func (c *FakeConn) ReceiveDatagram(b []byte) ([]byte, error) {
 	return b[:copy(b, d)], nil
 }
 
+// ReceiveBatch is ReceiveDatagram appending to b: the fake hands out one
+// datagram per call, which a batch may be.
+func (c *FakeConn) ReceiveBatch(b []byte) ([]byte, error) {
+	d, err := c.sock.next()
+	if err != nil {
+		return b, err
+	}
+	return append(b, d...), nil
+}
+
 // SetReadDeadline sets the deadline of pending and future receives; the
 // zero time removes it. A receive past it fails with an error matching
 // os.ErrDeadlineExceeded.

@@ -26,6 +26,13 @@ type Conn interface {
 	// is longer, into a new buffer, and returns it. Dumps are read this
 	// way: a million routes arrive without a Message each.
 	ReceiveDatagram(b []byte) ([]byte, error)
+	// ReceiveBatch waits for a datagram, then reads every datagram queued
+	// without waiting again, appending them to b as they came (netlink
+	// messages are self-delimiting, so the result reads as one stream of
+	// messages). It stops early to keep at least 256 KiB of b's capacity
+	// free for the next datagram. It returns what it read and, when a
+	// read failed after some data (ENOBUFS), that error with it.
+	ReceiveBatch(b []byte) ([]byte, error)
 	// SetReadDeadline unblocks a pending receive.
 	SetReadDeadline(t time.Time) error
 	// PID is the socket's netlink port ID: replies to its own requests
