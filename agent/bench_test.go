@@ -26,13 +26,6 @@ import (
 //
 // MARKSPLIT_BENCH_IDLE shortens BenchmarkKernelIdle's 60 s (a duration).
 
-// restoreTrials is how many deletions BenchmarkKernelRuleRestore times,
-// one every restoreEvery.
-const (
-	restoreTrials = 250
-	restoreEvery  = 50 * time.Millisecond
-)
-
 // benchAgent is an agent binary a benchmark runs.
 type benchAgent struct{ name, bin string }
 
@@ -51,46 +44,60 @@ func benchAgents(b *testing.B) []benchAgent {
 // BenchmarkKernelRuleRestore measures the time from a foreign deletion of
 // the rule to its restoration, as an independent rtnetlink listener in the
 // namespace sees them: from the RTM_DELRULE notification of the deletion
-// to the RTM_NEWRULE of the restored rule. A deletion comes every 50 ms,
-// restoreTrials times, for one agent; it reports p50, p99, max and how many
-// were not restored within a second (late).
+// to the RTM_NEWRULE of the restored rule, with 1,000 and 100,000 routes
+// in the main table that the split does not select. A deletion comes
+// every 150 ms (MARKSPLIT_BENCH_RESTORE_EVERY, a duration), 300 times
+// (MARKSPLIT_BENCH_RESTORES): slower than the repair rate limit's refill,
+// so that this is the latency of a repair, not the pace of a fight
+// (BenchmarkKernelFight). It reports p50, p99, max and how many were not
+// restored within a second (late).
 func BenchmarkKernelRuleRestore(b *testing.B) {
-	for _, ag := range benchAgents(b) {
-		b.Run("agent="+ag.name, func(b *testing.B) {
-			s := newSeed(b, true)
-			events := listenRules(b, s)
-			ap, err := netwatch.DialApplier(netwatch.Options{NetNS: s.netns(b)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer ap.Close()
-			var lat []time.Duration
-			late := 0
-			b.ResetTimer()
-			for range b.N {
-				a := s.startBin(b, ag.bin, append(seedArgs, "--metrics-addr=")...)
-				eventually(b, 5*time.Second, "split", func() error { return s.splitAt(b, 1355) })
-				for range restoreTrials {
-					start := time.Now()
-					d, ok := restoreOnce(b, events, ap)
-					if !ok {
-						late++
-						if late > 3 {
-							break // this agent has given up repairing for a while
+	trials := envInt(b, "MARKSPLIT_BENCH_RESTORES", 300)
+	every := 150 * time.Millisecond
+	if v := os.Getenv("MARKSPLIT_BENCH_RESTORE_EVERY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("MARKSPLIT_BENCH_RESTORE_EVERY: %v", err)
+		}
+		every = d
+	}
+	for _, n := range []int{1000, 100000} {
+		s := newSeed(b, true)
+		loadRoutes(b, s, n)
+		events := listenRules(b, s)
+		ap, err := netwatch.DialApplier(netwatch.Options{NetNS: s.netns(b)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ag := range benchAgents(b) {
+			b.Run(fmt.Sprintf("routes=%d/agent=%s", n, ag.name), func(b *testing.B) {
+				var lat []time.Duration
+				late := 0
+				for range b.N {
+					a := s.startBin(b, ag.bin, append(seedArgs, "--metrics-addr=")...)
+					eventually(b, 30*time.Second, "split", func() error { return s.splitAt(b, 1355) })
+					for range trials {
+						start := time.Now()
+						d, ok := restoreOnce(b, events, ap)
+						if !ok {
+							late++
+							if late > 3 {
+								break // this agent has given up repairing for a while
+							}
+							eventually(b, 5*time.Minute, "the rule back", func() error { return s.splitAt(b, 1355) })
+							continue
 						}
-						eventually(b, 5*time.Minute, "the rule back", func() error { return s.splitAt(b, 1355) })
-						continue
+						lat = append(lat, d)
+						time.Sleep(time.Until(start.Add(every))) // the pace of the deletions
 					}
-					lat = append(lat, d)
-					time.Sleep(time.Until(start.Add(restoreEvery))) // the pace of the deletions
+					if code, _ := a.stop(b, syscall.SIGTERM); code != 0 {
+						b.Fatalf("agent exit %d", code)
+					}
 				}
-				if code, _ := a.stop(b, syscall.SIGTERM); code != 0 {
-					b.Fatalf("agent exit %d", code)
-				}
-			}
-			b.StopTimer()
-			reportLatencies(b, lat, late)
-		})
+				reportLatencies(b, lat, late)
+			})
+		}
+		ap.Close()
 	}
 }
 
