@@ -254,7 +254,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range []netwatch.Kind{netwatch.KindLink, netwatch.KindAddr, netwatch.KindRoute, netwatch.KindRule} {
 		ch <- prometheus.MustNewConstMetric(descEvents, prometheus.CounterValue, float64(st.Events[k]), k.String())
 	}
-	for cause := netwatch.ResyncInitial; cause <= netwatch.ResyncRules; cause++ {
+	for cause := netwatch.ResyncInitial; cause <= netwatch.ResyncLinkRoutes; cause++ {
 		ch <- prometheus.MustNewConstMetric(descResyncs, prometheus.CounterValue, float64(st.Resyncs[cause]), cause.String())
 	}
 	ch <- prometheus.MustNewConstMetric(descSynced, prometheus.GaugeValue, bool01(st.Synced))

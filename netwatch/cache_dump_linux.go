@@ -151,7 +151,7 @@ func (w *Watcher) redumpRoutesOut(rc rtnl.Conn, f Family, links []uint32) error 
 			return w.redumpRoutes(rc, familyRedump(f))
 		}
 		w.statMu.Lock()
-		w.stats.Resyncs[ResyncRoutes]++
+		w.stats.Resyncs[ResyncLinkRoutes]++
 		w.statMu.Unlock()
 	}
 	return nil

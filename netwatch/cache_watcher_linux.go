@@ -75,10 +75,11 @@ const (
 	ResyncRequested                      // Watcher.Resync was called
 	ResyncRoutes                         // routes re-dumped after a silent kernel change
 	ResyncRules                          // rules re-dumped after an ambiguous rule event
+	ResyncLinkRoutes                     // a link's routes re-dumped after a change of the link
 	numResyncCauses
 )
 
-var resyncNames = [...]string{"initial", "overflow", "interrupted", "reconnect", "requested", "routes", "rules"}
+var resyncNames = [...]string{"initial", "overflow", "interrupted", "reconnect", "requested", "routes", "rules", "link-routes"}
 
 func (c ResyncCause) String() string {
 	if c < numResyncCauses {

@@ -551,8 +551,11 @@ func TestFakeSilentRouteRemoval(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFake(t, w, k, tc.name)
-			if st := w.Stats(); st.Resyncs[ResyncRoutes] == 0 {
+			if st := w.Stats(); st.Resyncs[ResyncRoutes]+st.Resyncs[ResyncLinkRoutes] == 0 {
 				t.Errorf("no route re-dump: %+v", st)
+			}
+			if st := w.Stats(); tc.name == "link down" && (st.Resyncs[ResyncLinkRoutes] == 0 || st.Resyncs[ResyncRoutes] != 0) {
+				t.Errorf("link down: stats %+v, want only re-dumps of the link's routes", st)
 			}
 			// A link going down asks for that link's routes, not the
 			// table. (Removing an address, as a deleted link's are, asks
@@ -594,7 +597,7 @@ func TestFakeUnrelatedLinkNoRedump(t *testing.T) {
 	spare := k.AddLink("spare0", "veth", 1500, false)
 	waitFake(t, w, k, "the spare link")
 	k.ResetRequests()
-	before := w.Stats().Resyncs[ResyncRoutes]
+	st0 := w.Stats()
 	for i := range 20 {
 		must(t, k.SetLinkUp(spare, i%2 == 0))
 	}
@@ -604,7 +607,8 @@ func TestFakeUnrelatedLinkNoRedump(t *testing.T) {
 	if oifs := routeDumpLinks(t, k); len(oifs) > 0 {
 		t.Errorf("route dumps for links %v; want none", oifs)
 	}
-	if n := w.Stats().Resyncs[ResyncRoutes] - before; n != 0 {
+	st1 := w.Stats()
+	if n := st1.Resyncs[ResyncRoutes] + st1.Resyncs[ResyncLinkRoutes] - st0.Resyncs[ResyncRoutes] - st0.Resyncs[ResyncLinkRoutes]; n != 0 {
 		t.Errorf("%d route re-dumps, want none", n)
 	}
 }
