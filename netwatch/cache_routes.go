@@ -153,12 +153,30 @@ type table struct {
 	dups map[RouteKey][]Route
 	// byLink counts the routes with a path out of each link, by index:
 	// whether a link change can have touched the table is a look-up.
-	byLink []int32
+	// Indexes up to denseLinks count in the slice; the kernel hands out
+	// small ones, but "ip link add … index N" takes any up to 2^31-1,
+	// and those count in sparseLinks.
+	byLink      []int32
+	sparseLinks map[uint32]int32
 }
+
+// denseLinks bounds the link indexes counted in a table's slice.
+const denseLinks = 1 << 16
 
 // countLink adds d to the count of routes out of link index.
 func (t *table) countLink(index uint32, d int32) {
 	if index == 0 {
+		return
+	}
+	if index >= denseLinks {
+		if t.sparseLinks == nil {
+			t.sparseLinks = make(map[uint32]int32)
+		}
+		if n := t.sparseLinks[index] + d; n != 0 {
+			t.sparseLinks[index] = n
+		} else {
+			delete(t.sparseLinks, index)
+		}
 		return
 	}
 	if int(index) >= len(t.byLink) {
@@ -440,5 +458,8 @@ func (t *table) within(p netip.Prefix, yield func(Route) bool) {
 // usesLink reports whether a route of the table has a path out of link
 // index, dead or not.
 func (t *table) usesLink(index uint32) bool {
+	if index >= denseLinks {
+		return t.sparseLinks[index] > 0
+	}
 	return int(index) < len(t.byLink) && t.byLink[index] > 0
 }

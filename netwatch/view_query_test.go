@@ -27,14 +27,18 @@ func TestRoutesWithin(t *testing.T) {
 			}
 			return netip.PrefixFrom(a, rapid.IntRange(0, a.BitLen()).Draw(t, name+" bits")).Masked()
 		}
+		// Link indexes small and large: "ip link add … index N" takes
+		// any up to 2^31-1, and a count must not grow with the index.
+		links := []uint32{1, 2, denseLinks, 1<<31 - 1}
+		index := func(name string) uint32 { return rapid.SampledFrom(links).Draw(t, name) }
 		st := newState()
 		for i := range rapid.IntRange(0, 200).Draw(t, "routes") {
 			r := Route{Family: f, Table: 900, Dst: prefix("dst"), Metric: rapid.Uint32Range(0, 2).Draw(t, "metric"),
-				Index: rapid.Uint32Range(1, 3).Draw(t, "index"), Type: RouteUnicast, Protocol: ProtoStatic}
+				Index: index("index"), Type: RouteUnicast, Protocol: ProtoStatic}
 			if rapid.IntRange(0, 9).Draw(t, "multipath") == 0 {
 				r.Index = 0
-				r.NextHops = []NextHop{{Index: rapid.Uint32Range(1, 3).Draw(t, "hop1"), Weight: 1},
-					{Index: rapid.Uint32Range(1, 3).Draw(t, "hop2"), Weight: 1}}
+				r.NextHops = []NextHop{{Index: index("hop1"), Weight: 1},
+					{Index: index("hop2"), Weight: 1}}
 			}
 			if f == IPv4 {
 				r.TOS = rapid.SampledFrom([]uint8{0, 0x10}).Draw(t, "tos")
@@ -56,7 +60,7 @@ func TestRoutesWithin(t *testing.T) {
 		}
 		v := View{s: st}
 		// The table's count of routes by link agrees with a walk.
-		for idx := uint32(1); idx <= 4; idx++ {
+		for _, idx := range append(links, 3, denseLinks+1) {
 			walked := false
 			for r := range v.Routes(f, 900) {
 				if r.Index == idx || slices.ContainsFunc(r.NextHops, func(h NextHop) bool { return h.Index == idx }) {
