@@ -117,6 +117,8 @@ func run() int {
 		return printJSON(childSync(cfg.contender, cfg.expect))
 	case "churn":
 		return printJSON(childChurn(cfg.contender, cfg.rcvbuf, cfg.expect, cfg.events))
+	case "links":
+		return printJSON(childLinks(cfg.expect))
 	case "":
 	default:
 		fmt.Fprintf(os.Stderr, "bench: unknown -child %q\n", cfg.child)
@@ -256,6 +258,14 @@ func measure(cfg *config) (*report, error) {
 			return nil, err
 		}
 		rep.Sync = append(rep.Sync, g)
+		if cfg.wants("netwatch") {
+			logf("link changes at %d routes", n)
+			lr, err := linkCost(self, t, n, g.Total)
+			if err != nil {
+				return nil, fmt.Errorf("link changes at %d routes: %w", n, err)
+			}
+			rep.Links = append(rep.Links, lr)
+		}
 		if n == cfg.churnAt {
 			rep.Loads = append(rep.Loads, loadAvg1())
 			c, err := churnSection(cfg, self, t, spec, g.Total)

@@ -111,6 +111,7 @@ type report struct {
 	Took    time.Duration
 	Sync    []syncGroup
 	Churn   *churnData
+	Links   []linkResult
 	Repair  []repairResult
 }
 
@@ -451,6 +452,7 @@ func (rep *report) write(w io.Writer) error {
 	}
 	rep.syncTables(&b)
 	rep.churnTables(&b)
+	rep.linkTable(&b)
 	rep.repairTable(&b)
 	if err := movesTmpl.Execute(&b, data); err != nil {
 		return err
@@ -503,6 +505,12 @@ func (rep *report) headline(b *strings.Builder) {
 				}
 			}
 		}
+	}
+	if n := len(rep.Links); n > 0 {
+		first, last := rep.Links[0], rep.Links[n-1]
+		per := func(l linkResult) float64 { return float64(l.CPUNS) / float64(l.Changes) }
+		fmt.Fprintf(b, "- **An unrelated link change** (a pod veth up or down): netwatch %s of CPU at %s routes, %s at %s (%s), %d whole-family route re-dumps over %d changes.\n",
+			fmtDur(per(first)), fmtInt(int64(first.N)), fmtDur(per(last)), fmtInt(int64(last.N)), ratio(per(last), per(first)), last.FullRedumps, last.Changes)
 	}
 	if len(rep.Repair) == 2 {
 		am, _, ahi := rep.Repair[0].stats()
@@ -674,6 +682,21 @@ error from Receive, matchable with errors.Is, and the socket goes on delivering 
 was lost stays lost unless the caller re-dumps. ip monitor prints the error to stderr and carries on.
 
 `)
+}
+
+func (rep *report) linkTable(b *strings.Builder) {
+	if len(rep.Links) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "## Unrelated link changes\n\n")
+	fmt.Fprintf(b, "A spare veth that carries no route (its peer up, as a pod's is) goes up and down %d times, %v apart, with each table size in the main table; a netwatch watcher in a fresh process follows. Its CPU from the first change to a second after the last, per change, and the route re-dumps it asked for: of a whole family, and of one link's routes (IPv6 gives the spare link routes of its own while it is up).\n\n", linkChanges, linkPace)
+	b.WriteString("| routes | CPU per change | × the smallest table's | whole-family re-dumps | one-link re-dumps |\n|---|---|---|---|---|\n")
+	first := float64(rep.Links[0].CPUNS) / float64(rep.Links[0].Changes)
+	for _, l := range rep.Links {
+		per := float64(l.CPUNS) / float64(l.Changes)
+		fmt.Fprintf(b, "| %s | %s | %s | %d | %d |\n", fmtInt(int64(l.N)), fmtDur(per), ratio(per, first), l.FullRedumps, l.LinkRedumps)
+	}
+	b.WriteString("\n")
 }
 
 func (rep *report) repairTable(b *strings.Builder) {

@@ -1,0 +1,137 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/marksplit/marksplit/netwatch"
+	"golang.org/x/sys/unix"
+)
+
+// linkChanges is how many changes (up, down) of the spare link each size
+// measures, and linkPace the time between them.
+const (
+	linkChanges = 40
+	linkPace    = 50 * time.Millisecond
+)
+
+// linkResult is what an unrelated link's changes cost netwatch at one
+// table size.
+type linkResult struct {
+	N           int
+	Changes     int
+	CPUNS       int64  // the watcher process's CPU over the changes and a second after
+	FullRedumps uint64 // Resyncs[routes]
+	LinkRedumps uint64 // Resyncs[link-routes]
+}
+
+// linkCost runs a netwatch watcher in a fresh process in the node
+// namespace and changes a spare veth (its peer up, so each up brings
+// carrier and IPv6's link-local address) linkChanges times.
+func linkCost(self string, t *topo, n, total int) (linkResult, error) {
+	res := linkResult{N: n, Changes: linkChanges}
+	ctx, cancel := context.WithTimeout(context.Background(), childTimeout)
+	defer cancel()
+	ip := func(args ...string) error {
+		if out, err := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + t.node.path, "ip"}, args...)...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %v: %v: %s", args, err, out)
+		}
+		return nil
+	}
+	if err := ip("link", "add", "spare0", "type", "veth", "peer", "name", "spare1"); err != nil {
+		return res, err
+	}
+	// The link goes away after, and the routes IPv6 gave it with it: the
+	// next measurement finds the table as it was.
+	defer ip("link", "del", "spare0")
+	if err := ip("link", "set", "spare1", "up"); err != nil {
+		return res, err
+	}
+	cmd := t.node.command(ctx, self, "-child", "links", "-expect", strconv.Itoa(total))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return res, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return res, err
+	}
+	if err := cmd.Start(); err != nil {
+		return res, err
+	}
+	defer func() {
+		stdin.Close()
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}()
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() || lines.Text() != "ready" {
+		return res, fmt.Errorf("the watcher did not get ready: %q", lines.Text())
+	}
+	for i := range linkChanges {
+		state := "up"
+		if i%2 == 1 {
+			state = "down"
+		}
+		if err := ip("link", "set", "spare0", state); err != nil {
+			return res, err
+		}
+		time.Sleep(linkPace)
+	}
+	time.Sleep(time.Second) // what the last change costs after it
+	fmt.Fprintln(stdin, "done")
+	if !lines.Scan() {
+		return res, errors.New("no result from the watcher")
+	}
+	if err := json.Unmarshal(lines.Bytes(), &res); err != nil {
+		return res, err
+	}
+	res.N, res.Changes = n, linkChanges
+	return res, cmd.Wait()
+}
+
+// childLinks syncs a watcher, says "ready", and at "done" prints its CPU
+// and re-dumps since.
+func childLinks(expect int) (linkResult, error) {
+	var res linkResult
+	w := netwatch.New(netwatch.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer wcancel()
+	if err := w.WaitSynced(wctx); err != nil {
+		return res, err
+	}
+	var routes int
+	w.Read(func(v netwatch.View) { routes = v.RouteCount(netwatch.IPv4) + v.RouteCount(netwatch.IPv6) })
+	if routes < expect {
+		return res, fmt.Errorf("netwatch synced %d routes, want %d", routes, expect)
+	}
+	st0 := w.Stats()
+	var ru0, ru1 unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	if !in.Scan() || in.Text() != "done" {
+		return res, errors.New("no done")
+	}
+	unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+	st1 := w.Stats()
+	res.CPUNS = ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
+	res.FullRedumps = st1.Resyncs[netwatch.ResyncRoutes] - st0.Resyncs[netwatch.ResyncRoutes]
+	res.LinkRedumps = st1.Resyncs[netwatch.ResyncLinkRoutes] - st0.Resyncs[netwatch.ResyncLinkRoutes]
+	return res, nil
+}
