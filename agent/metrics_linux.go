@@ -219,7 +219,7 @@ var (
 	descEvents = prometheus.NewDesc("marksplit_events_total",
 		"rtnetlink changes applied to the cache, by object kind (link, addr, route, rule).", []string{"kind"}, nil)
 	descResyncs = prometheus.NewDesc("marksplit_resyncs_total",
-		"Full or route re-dumps of the cache, by cause: initial, overflow (ENOBUFS: events lost), interrupted, reconnect, requested (the periodic safety resync), routes (after a change the kernel does not announce).", []string{"cause"}, nil)
+		"Full or route re-dumps of the cache, by cause: initial, overflow (ENOBUFS: events lost), interrupted, reconnect, requested (the periodic safety resync), routes (a family's routes, after a change the kernel does not announce), rules (after a rule event that does not say which of two equal rules it was), link-routes (only the routes out of one link, after a change of the link).", []string{"cause"}, nil)
 	descSynced = prometheus.NewDesc("marksplit_watcher_synced",
 		"1 when the cache mirrors the kernel.", nil, nil)
 	descReconnects = prometheus.NewDesc("marksplit_watcher_reconnects_total",
