@@ -298,12 +298,17 @@ func applyRouteNew(tb *table, ev *change) (changed bool, redump redumps) {
 		return false, redump
 	case slices.ContainsFunc(cur, r.Equal):
 		return false, redump
-	case r.Family == IPv6:
+	case r.Family == IPv6 && ecmp6(r) && slices.ContainsFunc(cur, ecmp6):
 		// IPv6 merges a route with an existing key into a multipath
 		// route, and notifies only the new path: the cache cannot
 		// derive the result, so it asks the kernel.
 		redump.routes[f] = true
 		return false, redump
+	case r.Family == IPv6:
+		// A route that cannot join a multipath route (a pod veth's
+		// fe80::/64 beside the others'): the kernel puts it after
+		// the routes with its key, whatever the flags say.
+		tb.setAll(k, append(cur, r))
 	case ev.how&howAppend != 0:
 		tb.setAll(k, append(cur, r))
 	case ev.how&howPrepend != 0:
@@ -324,65 +329,116 @@ func applyRouteNew(tb *table, ev *change) (changed bool, redump redumps) {
 	return true, redump
 }
 
+// ecmp6 reports whether the kernel can make IPv6 route r one path of a
+// multipath route (rt6_qualify_for_ecmp: a gateway, no nexthop object, not
+// from a router advertisement, which the cache cannot tell apart, so RA
+// routes count too and cost a re-dump).
+func ecmp6(r Route) bool {
+	return r.NHID == 0 && (r.Gateway.IsValid() || len(r.NextHops) > 0)
+}
+
 // replaceOut replaces the routes of family f with a path out of link index
-// by those of next (a dump of them), emitting each difference. It changes
-// nothing and reports false when a route through several paths, or a key
-// holding several routes, is involved: those the caller reads whole.
+// by those of next (a dump of them), emitting each difference. Routes of a
+// key that go out of other links keep their place, and so do the link's
+// routes the dump still lists (a silent change alters a route, never its
+// place among those of its key). It changes nothing and reports false when
+// a route through several paths is involved, or a cached route cannot be
+// matched to one dumped: those the caller reads whole.
 func (s *state) replaceOut(f Family, index uint32, next *state, emit func(Event)) bool {
-	simple := func(tb *table, r Route) bool {
-		return r.NextHops == nil && len(tb.dups[r.Key()]) == 0
-	}
-	// The cache's routes out of the link, by key.
-	cur := make(map[RouteKey]Route)
-	ok := true
+	// The keys under which the cache or the dump has a route out of the link.
+	keys := make(map[RouteKey]bool)
 	for _, tb := range s.tables[fi(f)] {
-		if !tb.usesLink(index) {
-			continue
-		}
-		tb.all(func(r Route) bool {
-			if r.Index == index || slices.ContainsFunc(r.NextHops, func(h NextHop) bool { return h.Index == index }) {
-				ok = simple(tb, r)
-				cur[r.Key()] = r
-			}
-			return ok
-		})
-		if !ok {
-			return false
+		if tb.usesLink(index) {
+			tb.all(func(r Route) bool {
+				if r.Index == index || slices.ContainsFunc(r.NextHops, func(h NextHop) bool { return h.Index == index }) {
+					keys[r.Key()] = true
+				}
+				return true
+			})
 		}
 	}
 	for _, ntb := range next.tables[fi(f)] {
-		ntb.all(func(r Route) bool {
-			ok = simple(ntb, r)
-			if tb := s.table(f, r.Table, false); ok && tb != nil && len(tb.dups[r.Key()]) > 0 {
-				ok = false
-			}
-			return ok
-		})
+		ntb.all(func(r Route) bool { keys[r.Key()] = true; return true })
+	}
+	type edit struct {
+		k   RouteKey
+		rs  []Route
+		evs []Event
+	}
+	var edits []edit
+	for _, k := range slices.SortedFunc(maps.Keys(keys), RouteKey.Compare) {
+		var cur, dumped []Route
+		if tb := s.table(f, k.Table, false); tb != nil {
+			cur = tb.getAll(k)
+		}
+		if ntb := next.table(f, k.Table, false); ntb != nil {
+			dumped = ntb.getAll(k)
+		}
+		rs, evs, ok := mergeOut(cur, dumped, index)
 		if !ok {
 			return false
 		}
+		if len(evs) > 0 {
+			edits = append(edits, edit{k, rs, evs})
+		}
 	}
-	for _, ntb := range next.tables[fi(f)] {
-		ntb.all(func(r Route) bool {
-			k := r.Key()
-			tb := s.table(f, r.Table, true)
-			old, had := tb.get(k)
-			delete(cur, k)
-			if !had || !old.Equal(r) {
-				tb.setAll(k, []Route{r})
-				emit(Event{Op: EventNew, Kind: KindRoute, Route: r})
-			}
-			return true
-		})
-	}
-	for _, k := range slices.SortedFunc(maps.Keys(cur), RouteKey.Compare) {
-		r := cur[k]
-		tb := s.table(f, k.Table, false)
-		tb.setAll(k, nil)
+	for _, e := range edits {
+		tb := s.table(f, e.k.Table, true)
+		tb.setAll(e.k, e.rs)
 		if tb.len() == 0 {
-			delete(s.tables[fi(f)], k.Table)
+			delete(s.tables[fi(f)], e.k.Table)
 		}
-		emit(Event{Op: EventDel, Kind: KindRoute, Route: r})
+		for _, ev := range e.evs {
+			emit(ev)
+		}
 	}
 	return true
+}
+
+// mergeOut returns the routes of one key, cur in the cache, after a dump
+// of those out of link index listed dumped: each cached route out of the
+// link becomes the dumped one it matches, in its place, or goes; a dumped
+// route that matches none comes last. And the events that say so; ok is
+// false where a route out of the link has several paths or a match is
+// ambiguous.
+func mergeOut(cur, dumped []Route, index uint32) (rs []Route, evs []Event, ok bool) {
+	outMulti := func(r Route) bool {
+		return slices.ContainsFunc(r.NextHops, func(h NextHop) bool { return h.Index == index })
+	}
+	if slices.ContainsFunc(cur, outMulti) ||
+		slices.ContainsFunc(dumped, func(r Route) bool { return r.NextHops != nil || r.Index != index }) {
+		return nil, nil, false
+	}
+	used := make([]bool, len(dumped))
+	for _, c := range cur {
+		if c.Index != index || c.NextHops != nil {
+			rs = append(rs, c)
+			continue
+		}
+		j := -1
+		for i, d := range dumped {
+			if sameRoute(c, d) {
+				if j >= 0 || used[i] {
+					return nil, nil, false
+				}
+				j = i
+			}
+		}
+		if j < 0 {
+			evs = append(evs, Event{Op: EventDel, Kind: KindRoute, Route: c})
+			continue
+		}
+		used[j] = true
+		rs = append(rs, dumped[j])
+		if !c.Equal(dumped[j]) {
+			evs = append(evs, Event{Op: EventNew, Kind: KindRoute, Route: dumped[j]})
+		}
+	}
+	for i, d := range dumped {
+		if !used[i] {
+			rs = append(rs, d)
+			evs = append(evs, Event{Op: EventNew, Kind: KindRoute, Route: d})
+		}
+	}
+	return rs, evs, true
 }

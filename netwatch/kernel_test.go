@@ -1479,6 +1479,85 @@ func TestKernelIPv6Multipath(t *testing.T) {
 	}
 }
 
+// TestKernelIPv6SharedKey: an IPv6 route that cannot join a multipath
+// route (no gateway, or none among the routes it joins) goes after the
+// routes with its key, and the cache follows without a re-dump: a pod
+// veth's fe80::/64 and ff00::/8 beside every other link's cost an event,
+// not a dump of the family. A gateway route beside a gateway route is
+// merged by the kernel and re-dumped.
+func TestKernelIPv6SharedKey(t *testing.T) {
+	ns := newTestNS(t)
+	underlay(t, ns)
+	ns.batch(t, []string{"addr add fd00::1/64 dev u0 nodad"})
+	w := startWatcher(t, Options{Dialer: ns.dialer()})
+	waitSynced(t, w, 5*time.Second)
+	// The routes to fd0b::/64 in order, each as gateway@dev, or
+	// "multipath".
+	order := func() (ip, cache []string) {
+		var rs []struct {
+			Dst, Gateway, Dev string
+			Nexthops          []any
+		}
+		ns.ipJSON(t, &rs, "-6", "route", "show", "table", "main")
+		for _, r := range rs {
+			switch {
+			case r.Dst != "fd0b::/64":
+			case len(r.Nexthops) > 0:
+				ip = append(ip, "multipath")
+			default:
+				ip = append(ip, r.Gateway+"@"+r.Dev)
+			}
+		}
+		w.Read(func(v View) {
+			for _, r := range v.RoutesTo(TableMain, netip.MustParsePrefix("fd0b::/64")) {
+				if len(r.NextHops) > 0 {
+					cache = append(cache, "multipath")
+					continue
+				}
+				g := ""
+				if r.Gateway.IsValid() {
+					g = r.Gateway.String()
+				}
+				l, _ := v.Link(r.Index)
+				cache = append(cache, g+"@"+l.Name)
+			}
+		})
+		return ip, cache
+	}
+	for _, step := range []struct {
+		cmds   []string
+		redump bool // the kernel merges paths: the family is re-dumped
+	}{
+		{cmds: []string{"link add w0 type veth peer name w1", "link set w1 up", "link set w0 up"}},
+		{cmds: []string{"link add w2 type veth peer name w3", "link set w3 up", "link set w2 up"}},
+		{cmds: []string{"route add fd0b::/64 dev w2"}},
+		{cmds: []string{"route append fd0b::/64 dev w0"}},
+		{cmds: []string{"route prepend fd0b::/64 dev u0"}},
+		{cmds: []string{"route append fd0b::/64 via fd00::2 dev u0"}},
+		{cmds: []string{"route append fd0b::/64 via fd00::3 dev u0"}, redump: true},
+		{cmds: []string{"route del fd0b::/64 dev w0"}},
+		{cmds: []string{"link set w2 down"}},
+		{cmds: []string{"link set w2 up", "route append fd0b::/64 dev w2"}},
+		{cmds: []string{"link del w0"}},
+	} {
+		before := w.Stats().Resyncs[ResyncRoutes]
+		if n := ns.batch(t, step.cmds); n > 0 {
+			t.Fatalf("%q: %d failed", step.cmds, n)
+		}
+		what := strings.Join(step.cmds, "; ")
+		waitConverged(t, w, ns, 5*time.Second, what)
+		if err := w.Barrier(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if ip, cache := order(); !slices.Equal(ip, cache) {
+			t.Errorf("%s: fd0b::/64's routes in the kernel's order %q, in the cache's %q", what, ip, cache)
+		}
+		if got := w.Stats().Resyncs[ResyncRoutes] - before; (got > 0) != step.redump {
+			t.Errorf("%s: %d whole-family route re-dumps, want them: %v", what, got, step.redump)
+		}
+	}
+}
+
 // TestKernelSilentChanges covers what the kernel changes without an event:
 // IPv4 routes of a link that goes down or away or of an address that goes,
 // IPv6 prefsrc of a removed address, route MTUs and linkdown flags after a
