@@ -90,7 +90,7 @@ func bareDump(b *testing.B, ns *testNS) int {
 	b.Helper()
 	c := startDump(b, ns)
 	defer c.Close()
-	rc, err := c.(kernelConn).SyscallConn()
+	rc, err := c.(*kernelConn).SyscallConn()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -240,6 +240,14 @@ func (s *state) applyRouteDel(tb *table, ev *change) (changed bool, redump redum
 	r := ev.Route
 	f := fi(r.Family)
 	k := r.Key()
+	if first, ok := tb.get(k); ok && !tb.hasDups(k) && (first.Equal(r) || sameRoute(first, r)) {
+		// The common case, the one route of its key, without a copy.
+		tb.remove(k, first)
+		if tb.len() == 0 {
+			delete(s.tables[f], r.Table)
+		}
+		return true, redump
+	}
 	cur := tb.getAll(k)
 	// Routes sharing a key may share a next hop too (ip route
 	// prepend of one with other metrics): the equal one first.
@@ -277,7 +285,7 @@ func applyRouteNew(tb *table, ev *change) (changed bool, redump redumps) {
 	cur := tb.getAll(k)
 	switch {
 	case len(cur) == 0:
-		tb.setAll(k, []Route{r})
+		tb.insert(r)
 	case ev.how&howReplace != 0:
 		if cur[0].Equal(r) {
 			return false, redump

@@ -403,6 +403,30 @@ func (t *table) setAll(k RouteKey, rs []Route) {
 	t.dups[k] = append([]Route(nil), rs[1:]...)
 }
 
+// hasDups reports whether key k holds more than one route.
+func (t *table) hasDups(k RouteKey) bool { return len(t.dups) > 0 && t.dups[k] != nil }
+
+// insert stores r under a key that holds no route: setAll without reading
+// what is there.
+func (t *table) insert(r Route) {
+	t.countRoute(r, 1)
+	t.setFirst(r)
+}
+
+// remove takes away first, the one route of key k: setAll(k, nil) without
+// reading it again.
+func (t *table) remove(k RouteKey, first Route) {
+	t.countRoute(first, -1)
+	if len(t.extra) > 0 {
+		delete(t.extra, k)
+	}
+	if t.family == IPv4 {
+		t.m4.del(mk4(k))
+	} else {
+		t.m6.del(mk6(k))
+	}
+}
+
 // all yields every route of the table.
 func (t *table) all(yield func(Route) bool) bool {
 	if t.family == IPv4 {

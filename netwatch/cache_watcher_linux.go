@@ -606,6 +606,9 @@ type cacheState struct {
 	changed chan struct{}
 }
 
+// selfPID is this process's ID, asked once: origin needs it per event.
+var selfPID = os.Getpid()
+
 // origin names who caused a notification sent with port in its header.
 func (w *Watcher) origin(port uint32) Origin {
 	if port == 0 {
@@ -615,7 +618,7 @@ func (w *Watcher) origin(port uint32) Origin {
 	if w.owners != nil {
 		if pid, comm, ok := w.owners.find(port); ok {
 			o.PID, o.Comm = pid, comm
-			if pid == os.Getpid() {
+			if pid == selfPID {
 				o.Kind = OriginSelf
 			}
 		}

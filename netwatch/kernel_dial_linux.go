@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"unsafe"
 
 	"github.com/marksplit/marksplit/internal/rtnl"
 	"github.com/mdlayher/netlink"
@@ -59,17 +60,32 @@ func (d kernelDialer) Dial(cfg rtnl.DialConfig) (rtnl.Conn, error) {
 			return nil, fmt.Errorf("netwatch: set receive buffer to %d bytes: %w", cfg.ReadBuffer, err)
 		}
 	}
-	return kernelConn{c}, nil
+	return &kernelConn{Conn: c}, nil
 }
 
 // owners finds the processes behind the ports of notifications in the
 // dialer's namespace.
 func (d kernelDialer) owners() ownerFinder { return newPortOwners(d.netns) }
 
-// kernelConn is a *netlink.Conn that can also read a whole datagram.
-type kernelConn struct{ *netlink.Conn }
+// kernelConn is a *netlink.Conn that can also read a whole datagram, and
+// every queued one at once.
+type kernelConn struct {
+	*netlink.Conn
+	rb *recvBuf // ReceiveBatch's, from its first call; only the reading goroutine uses it
+}
 
-func (c kernelConn) ReceiveDatagram(b []byte) ([]byte, error) {
+// Close closes the socket and releases ReceiveBatch's buffer. Like
+// ReceiveBatch, it belongs to the goroutine that reads.
+func (c *kernelConn) Close() error {
+	err := c.Conn.Close()
+	if c.rb != nil {
+		unix.Munmap(c.rb.mem)
+		c.rb = nil
+	}
+	return err
+}
+
+func (c *kernelConn) ReceiveDatagram(b []byte) ([]byte, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
@@ -104,48 +120,87 @@ func (c kernelConn) ReceiveDatagram(b []byte) ([]byte, error) {
 	return b[:n], nil
 }
 
-// batchFree is the capacity ReceiveBatch keeps free for the next datagram:
-// more than any notification the kernel sends (a link with many VFs is
-// tens of KiB). A longer one would be cut short: ReceiveBatch says so
-// rather than lose it silently.
+// batchFree is the room ReceiveBatch gives each datagram: more than any
+// notification the kernel sends (a link with many VFs is tens of KiB). A
+// longer one would be cut short: ReceiveBatch says so rather than lose it
+// silently. It is also about how much one round reads.
 const batchFree = 256 << 10
+
+// recvSlots is how many datagrams one recvmmsg of ReceiveBatch takes.
+const recvSlots = 32
 
 // errTruncated is ReceiveBatch's error for a datagram longer than the room
 // it had: events were lost, as with an overflow.
 var errTruncated = errors.New("netwatch: rtnetlink datagram longer than the receive buffer")
 
+// recvBuf is what ReceiveBatch's recvmmsg reads into: recvSlots slots of
+// batchFree bytes each, mapped rather than allocated, so that only the
+// pages the kernel writes ever take memory (a few KiB for ordinary
+// events, whatever the size of the slots).
+type recvBuf struct {
+	mem  []byte
+	iov  [recvSlots]unix.Iovec
+	hdrs [recvSlots]unix.Mmsghdr
+}
+
+func newRecvBuf() (*recvBuf, error) {
+	mem, err := unix.Mmap(-1, 0, recvSlots*batchFree, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, os.NewSyscallError("mmap", err)
+	}
+	rb := &recvBuf{mem: mem}
+	for i := range rb.hdrs {
+		rb.iov[i].Base = &mem[i*batchFree]
+		rb.iov[i].SetLen(batchFree)
+		rb.hdrs[i].Hdr.Iov = &rb.iov[i]
+		rb.hdrs[i].Hdr.SetIovlen(1)
+	}
+	return rb, nil
+}
+
 // ReceiveBatch reads the queued datagrams with one wake-up of the
-// goroutine, not one per datagram: a burst of events costs a recvfrom
-// each and nothing else.
-func (c kernelConn) ReceiveBatch(b []byte) ([]byte, error) {
+// goroutine and one recvmmsg per recvSlots of them: a burst of events
+// costs a system call per 32, and a lone event one (and the one that
+// found the queue empty), not one more to learn that nothing follows.
+func (c *kernelConn) ReceiveBatch(b []byte) ([]byte, error) {
+	if c.rb == nil {
+		rb, err := newRecvBuf()
+		if err != nil {
+			return b, err
+		}
+		c.rb = rb
+	}
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return b, err
 	}
+	rb := c.rb
 	var recvErr error
 	err = rc.Read(func(fd uintptr) bool {
 		for {
-			if len(b) > 0 && cap(b)-len(b) < batchFree {
-				return true
-			}
-			if cap(b)-len(b) < batchFree {
-				b = append(b[:cap(b)], make([]byte, batchFree)...)[:len(b)]
-			}
-			free := b[len(b):cap(b)]
-			n, _, e := unix.Recvfrom(int(fd), free, unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+			n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&rb.hdrs[0])), recvSlots,
+				unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
 			switch {
 			case e == unix.EAGAIN:
 				return len(b) > 0 // with nothing read yet, wait
 			case e == unix.EINTR:
 				continue
-			case e != nil:
-				recvErr = os.NewSyscallError("recvfrom", e)
-				return true
-			case n > len(free):
-				recvErr = errTruncated
+			case e != 0:
+				recvErr = os.NewSyscallError("recvmmsg", e)
 				return true
 			}
-			b = b[:len(b)+n]
+			for i := range int(n) {
+				l := int(rb.hdrs[i].Len)
+				if l > batchFree {
+					recvErr = errTruncated
+					return true
+				}
+				b = append(b, rb.mem[i*batchFree:i*batchFree+l]...)
+			}
+			if n < recvSlots || len(b) >= batchFree {
+				// The queue is empty, or this is enough for one round.
+				return true
+			}
 		}
 	})
 	if err != nil {

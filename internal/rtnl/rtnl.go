@@ -29,9 +29,9 @@ type Conn interface {
 	// ReceiveBatch waits for a datagram, then reads every datagram queued
 	// without waiting again, appending them to b as they came (netlink
 	// messages are self-delimiting, so the result reads as one stream of
-	// messages). It stops early to keep at least 256 KiB of b's capacity
-	// free for the next datagram. It returns what it read and, when a
-	// read failed after some data (ENOBUFS), that error with it.
+	// messages). It stops once it read about 256 KiB, which bounds a
+	// round. It returns what it read and, when a read failed after some
+	// data (ENOBUFS), that error with it.
 	ReceiveBatch(b []byte) ([]byte, error)
 	// SetReadDeadline unblocks a pending receive.
 	SetReadDeadline(t time.Time) error
