@@ -236,25 +236,32 @@ func (s *sources) of(path netwatch.Route, a netip.Addr) netip.Addr {
 
 // mainIndex answers longest-prefix matches on one family of the main table.
 type mainIndex struct {
-	// byLen holds, per prefix length, the route each destination uses: of
-	// the routes that match every packet, the one of lowest metric.
-	byLen map[int]map[netip.Prefix]netwatch.Route
+	v netwatch.View
+	f netwatch.Family
+	// byLen holds, per prefix length, the metric of the route each
+	// destination uses: of the routes that match every packet, the one of
+	// lowest metric. That and the destination are its key: lookup reads
+	// the route itself from the view, for the few destinations asked.
+	byLen map[int]map[netip.Prefix]uint32
 	lens  []int // the keys of byLen, longest first
+	// found memoizes the routes lookup read: peers share their paths.
+	found map[netip.Prefix]netwatch.Route
 	// selective are the routes with a TOS or a source prefix: they match
 	// only some packets.
 	selective []netwatch.Route
 }
 
 func newMainIndex(v netwatch.View, f netwatch.Family) mainIndex {
-	idx := mainIndex{byLen: make(map[int]map[netip.Prefix]netwatch.Route)}
-	seen := make(map[netwatch.RouteKey]bool)
+	idx := mainIndex{v: v, f: f, byLen: make(map[int]map[netip.Prefix]uint32), found: make(map[netip.Prefix]netwatch.Route)}
+	var last netwatch.RouteKey
 	for r := range v.Routes(f, netwatch.TableMain) {
+		// Routes yields the routes of a key together, the first (the
+		// one the kernel uses) first.
 		k := r.Key()
-		if seen[k] {
+		if k == last && last.Dst.IsValid() {
 			continue
 		}
-		seen[k] = true
-		r = v.Route(k)[0] // the first of its key: the one the kernel uses
+		last = k
 		switch {
 		case r.TOS != 0 || r.Src.IsValid():
 			idx.selective = append(idx.selective, r)
@@ -264,12 +271,12 @@ func newMainIndex(v netwatch.View, f netwatch.Family) mainIndex {
 		}
 		m := idx.byLen[r.Dst.Bits()]
 		if m == nil {
-			m = make(map[netip.Prefix]netwatch.Route)
+			m = make(map[netip.Prefix]uint32)
 			idx.byLen[r.Dst.Bits()] = m
 			idx.lens = append(idx.lens, r.Dst.Bits())
 		}
-		if o, ok := m[r.Dst]; !ok || r.Metric < o.Metric {
-			m[r.Dst] = r
+		if o, ok := m[r.Dst]; !ok || r.Metric < o {
+			m[r.Dst] = r.Metric
 		}
 	}
 	slices.SortFunc(idx.lens, func(a, b int) int { return b - a })
@@ -283,7 +290,12 @@ func (idx mainIndex) lookup(a netip.Addr) (netwatch.Route, bool) {
 		if err != nil {
 			continue
 		}
-		if r, ok := idx.byLen[bits][p]; ok {
+		if metric, ok := idx.byLen[bits][p]; ok {
+			r, ok := idx.found[p]
+			if !ok {
+				r = idx.v.Route(netwatch.RouteKey{Family: idx.f, Table: netwatch.TableMain, Dst: p, Metric: metric})[0]
+				idx.found[p] = r
+			}
 			return r, true
 		}
 	}

@@ -1,6 +1,7 @@
 package mtupolicy_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -35,4 +36,31 @@ func BenchmarkDesiredPeers5000(b *testing.B) {
 			}
 		}
 	})
+}
+
+// One pass of the peer policy with 50 peers and a large main table (1,000
+// and 100,000 BGP host routes that no peer uses): the main table's index
+// is built from a walk of it, so this grows with the table.
+func BenchmarkDesiredPeersLargeMain(b *testing.B) {
+	var peers []netip.Addr
+	for i := range 50 {
+		peers = append(peers, netip.AddrFrom4([4]byte{10, 0, 20, byte(1 + i)}))
+	}
+	for _, n := range []int{1000, 100000} {
+		s := node()
+		for i := range n {
+			s.Routes = append(s.Routes, netwatch.Route{Family: netwatch.IPv4, Table: netwatch.TableMain,
+				Dst:     netip.PrefixFrom(netip.AddrFrom4([4]byte{11, byte(i >> 16), byte(i >> 8), byte(i)}), 32),
+				Gateway: addr("10.0.0.1"), Index: idxEnp, Protocol: netwatch.ProtoBGP, Type: netwatch.RouteUnicast})
+		}
+		v := s.View()
+		b.Run(fmt.Sprintf("routes=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := mtupolicy.DesiredPeers(v, peerConfig(), mtupolicy.ModeOn, peers); !ok {
+					b.Fatal("DesiredPeers: not ok")
+				}
+			}
+		})
+	}
 }
