@@ -288,9 +288,7 @@ func (c *netwatchConsumer) run() {
 }
 
 // count reads the route events the watcher applied. Stats is called only
-// after the churn: at this tree's netwatch, Stats takes statMu and then the
-// cache lock while applyBatch holds the cache lock and takes statMu, so a
-// Stats call racing an event batch deadlocks the watcher.
+// after the churn, so that the count costs the watcher nothing during it.
 func (c *netwatchConsumer) count() int64 {
 	return int64(c.w.Stats().Events[netwatch.KindRoute] - c.base)
 }
