@@ -24,7 +24,10 @@ type loop struct {
 	// peers is the peer set with --peers=auto; nil until the first list
 	// of the CiliumNodes (peers_linux.go).
 	peers atomic.Pointer[peerSet]
-	met   *metrics
+	// peerIndex keeps the peer policy's index of the main table between
+	// passes; only the Reconciler's goroutine uses it.
+	peerIndex mtupolicy.PeerCache
+	met       *metrics
 	// emit receives each change's line: the log in run, stdout in once.
 	emit func(line string)
 	// onPass, when set, is told of every pass (for tests).

@@ -63,9 +63,9 @@ func (l *loop) peerPolicy(v netwatch.View, mode mtupolicy.Mode) (netwatch.Desire
 		if mode != mtupolicy.ModeOff {
 			return netwatch.Desired{}, false
 		}
-		return mtupolicy.DesiredPeers(v, l.cfg, mode, nil)
+		return l.peerIndex.DesiredPeers(v, l.cfg, mode, nil)
 	}
-	return mtupolicy.DesiredPeers(v, l.cfg, mode, ps.addrs)
+	return l.peerIndex.DesiredPeers(v, l.cfg, mode, ps.addrs)
 }
 
 // inClusterConfig is the ciliumnode.Config of the pod's service account:

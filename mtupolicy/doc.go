@@ -22,7 +22,11 @@
 // tunnel MTU. The caller learns the peers (from every CiliumNode) and
 // passes them to DesiredPeers; Desired then answers only Off. Only
 // encrypting peers get the tunnel MTU: other hosts on the node network,
-// opted-out nodes and the node itself keep the main table.
+// opted-out nodes and the node itself keep the main table. The path comes
+// from an index of the main table, which a pass builds by walking it; a
+// PeerCache keeps the index between passes while the main table does not
+// change, so that a pass costs what the peers cost, not what the table does
+// (BenchmarkPeerCache).
 //
 // # Ownership
 //

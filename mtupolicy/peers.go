@@ -62,7 +62,7 @@ func DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (d
 		return netwatch.Desired{}, false
 	}
 	return cfg.desired(v, mode, func(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *netwatch.Desired) {
-		cfg.peerFamily(v, f, tun, peers, d)
+		cfg.peerFamily(v, f, tun, peers, d, newMainIndex(v, f, nil))
 	})
 }
 
@@ -85,8 +85,7 @@ func peerNotes(idx mainIndex, f netwatch.Family, peers []netip.Addr, d *netwatch
 
 // peerFamily adds to d the host routes, throws, rule and repairs of family
 // f.
-func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link, peers []netip.Addr, d *netwatch.Desired) {
-	idx := newMainIndex(v, f)
+func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link, peers []netip.Addr, d *netwatch.Desired, idx mainIndex) {
 	peerNotes(idx, f, peers, d)
 	srcs := newSources(v, f)
 	first, n := len(d.Routes), 0
@@ -234,25 +233,40 @@ func (s *sources) of(path netwatch.Route, a netip.Addr) netip.Addr {
 	return src
 }
 
-// mainIndex answers longest-prefix matches on one family of the main table.
-type mainIndex struct {
-	v netwatch.View
-	f netwatch.Family
+// mainTable is what the peer policy knows of one family of the main
+// table, kept from pass to pass by a PeerCache.
+type mainTable struct {
 	// byLen holds, per prefix length, the metric of the route each
 	// destination uses: of the routes that match every packet, the one of
 	// lowest metric. That and the destination are its key: lookup reads
 	// the route itself from the view, for the few destinations asked.
 	byLen map[int]map[netip.Prefix]uint32
 	lens  []int // the keys of byLen, longest first
-	// found memoizes the routes lookup read: peers share their paths.
-	found map[netip.Prefix]netwatch.Route
 	// selective are the routes with a TOS or a source prefix: they match
 	// only some packets.
 	selective []netwatch.Route
 }
 
-func newMainIndex(v netwatch.View, f netwatch.Family) mainIndex {
-	idx := mainIndex{v: v, f: f, byLen: make(map[int]map[netip.Prefix]uint32), found: make(map[netip.Prefix]netwatch.Route)}
+// mainIndex answers longest-prefix matches on one family of the main
+// table, in one pass.
+type mainIndex struct {
+	*mainTable
+	v netwatch.View
+	f netwatch.Family
+	// found memoizes the routes lookup read: peers share their paths.
+	found map[netip.Prefix]netwatch.Route
+}
+
+func newMainIndex(v netwatch.View, f netwatch.Family, t *mainTable) mainIndex {
+	if t == nil {
+		t = walkMain(v, f)
+	}
+	return mainIndex{mainTable: t, v: v, f: f, found: make(map[netip.Prefix]netwatch.Route)}
+}
+
+// walkMain reads family f of the main table into a mainTable.
+func walkMain(v netwatch.View, f netwatch.Family) *mainTable {
+	idx := &mainTable{byLen: make(map[int]map[netip.Prefix]uint32)}
 	var last netwatch.RouteKey
 	for r := range v.Routes(f, netwatch.TableMain) {
 		// Routes yields the routes of a key together, the first (the
@@ -283,6 +297,62 @@ func newMainIndex(v netwatch.View, f netwatch.Family) mainIndex {
 	return idx
 }
 
+// A PeerCache keeps the peer policy's index of the main table from one
+// pass to the next, and walks the table again only when the view's
+// journal (View.Changes) shows a change of it since, or cannot tell: the
+// journal lost changes, the view is not synced, or it has no journal (a
+// Snapshot's). A pass after any other change (a pod's veth, an address,
+// another table, the policy's own routes) then costs what the peers cost,
+// not what the main table does. The zero value is ready. A PeerCache is
+// for the views of one Watcher, one pass at a time (a Reconciler's
+// policy).
+type PeerCache struct {
+	mark   uint64
+	tables [2]*mainTable // by family, IPv4 first; nil: walk it
+	walks  int           // for tests: how many walks of the main table
+}
+
+// DesiredPeers is the package's DesiredPeers, with c's index.
+func (c *PeerCache) DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (netwatch.Desired, bool) {
+	c.follow(v)
+	if !cfg.Peers {
+		return netwatch.Desired{}, false
+	}
+	return cfg.desired(v, mode, func(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *netwatch.Desired) {
+		fi := famIndex(f)
+		if c.tables[fi] == nil {
+			c.tables[fi] = walkMain(v, f)
+			c.walks++
+		}
+		cfg.peerFamily(v, f, tun, peers, d, newMainIndex(v, f, c.tables[fi]))
+	})
+}
+
+// follow drops the index of each family whose main table changed since
+// the last view c saw.
+func (c *PeerCache) follow(v netwatch.View) {
+	mark := v.Mark()
+	changes, complete := v.Changes(c.mark)
+	if v.Changed() == nil || !complete || !v.Synced() {
+		// A Snapshot's view (it has no journal), or one that cannot tell.
+		c.tables = [2]*mainTable{}
+	} else {
+		for ev := range changes {
+			if ev.Kind == netwatch.KindRoute && ev.Route.Table == netwatch.TableMain {
+				c.tables[famIndex(ev.Route.Family)] = nil
+			}
+		}
+	}
+	c.mark = mark
+}
+
+func famIndex(f netwatch.Family) int {
+	if f == netwatch.IPv6 {
+		return 1
+	}
+	return 0
+}
+
 // lookup returns the main route for a.
 func (idx mainIndex) lookup(a netip.Addr) (netwatch.Route, bool) {
 	for _, bits := range idx.lens {
@@ -293,7 +363,11 @@ func (idx mainIndex) lookup(a netip.Addr) (netwatch.Route, bool) {
 		if metric, ok := idx.byLen[bits][p]; ok {
 			r, ok := idx.found[p]
 			if !ok {
-				r = idx.v.Route(netwatch.RouteKey{Family: idx.f, Table: netwatch.TableMain, Dst: p, Metric: metric})[0]
+				rs := idx.v.Route(netwatch.RouteKey{Family: idx.f, Table: netwatch.TableMain, Dst: p, Metric: metric})
+				if len(rs) == 0 {
+					continue // not in this view: a PeerCache would have walked again
+				}
+				r = rs[0]
 				idx.found[p] = r
 			}
 			return r, true

@@ -2,6 +2,7 @@ package netwatch
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/marksplit/marksplit/internal/rtnl"
@@ -52,6 +53,15 @@ func TestFindingsClaimed(t *testing.T) {
 	if !w.hasFindings() {
 		t.Fatal("findings not held")
 	}
+	// While they are held, the cache has changes the journal has not: a
+	// view's Changes says it is not complete.
+	var mark uint64
+	w.Read(func(v View) {
+		mark = v.Mark()
+		if _, complete := v.Changes(0); complete {
+			t.Error("Changes complete while findings are held")
+		}
+	})
 	ip := Origin{Kind: OriginProgram, Port: 42, PID: 42, Comm: "ip"}
 	// The late event: the rule is no longer in the cache, so it changes
 	// nothing, and claims its finding.
@@ -70,6 +80,12 @@ func TestFindingsClaimed(t *testing.T) {
 	if w.hasFindings() {
 		t.Errorf("findings left after settling")
 	}
+	w.Read(func(v View) {
+		changes, complete := v.Changes(mark)
+		if n := len(slices.Collect(changes)); !complete || n != 2 {
+			t.Errorf("Changes after settling: %d, complete %v; want the 2 findings, complete", n, complete)
+		}
+	})
 }
 
 // nopDialer dials nothing: for a Watcher that never runs.

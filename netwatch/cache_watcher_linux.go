@@ -177,7 +177,7 @@ func New(opts Options) *Watcher {
 func (w *Watcher) Read(fn func(View)) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	fn(View{s: w.st, j: &w.journal, changed: w.changed, tables: w.tables})
+	fn(View{s: w.st, j: &w.journal, changed: w.changed, tables: w.tables, held: len(w.findings) > 0})
 }
 
 // Synced reports whether the cache currently mirrors the kernel.

@@ -81,6 +81,9 @@ type View struct {
 	j       *journal      // nil for a Snapshot's view
 	changed chan struct{} // closed at the next change after the view; nil for a Snapshot's
 	tables  tableFilter   // the tables the cache holds (Options.RouteTables)
+	// held: the view holds differences a re-dump found that the journal
+	// does not have yet (they wait for the events that may explain them).
+	held bool
 }
 
 // Cached reports whether the cache holds the routes of table t: every
@@ -112,7 +115,9 @@ func (v View) Mark() uint64 {
 // Changes yields the changes the cache recorded after mark (a Mark of an
 // earlier view), oldest first, each with its Origin: the events applied
 // and the differences resyncs found. The journal keeps the last 2048
-// changes; complete is false when some after mark have left it.
+// changes; complete is false when some after mark have left it, or are
+// not in it yet (for a moment after a re-dump found differences, which
+// wait for the events that may explain them).
 // This is how a program learns who changed an object it cares about since
 // it last looked (the Reconciler tells another program's undo from the
 // kernel's flush this way). A Snapshot's view has no journal and yields
@@ -121,7 +126,8 @@ func (v View) Changes(mark uint64) (changes iter.Seq[Event], complete bool) {
 	if v.j == nil {
 		return func(func(Event) bool) {}, true
 	}
-	return v.j.since(mark)
+	changes, complete = v.j.since(mark)
+	return changes, complete && !v.held
 }
 
 // Link returns the link with the given index.
