@@ -51,7 +51,7 @@ func (w *Watcher) Subscribe(buf int, start func(View)) *Subscription {
 	w.mu.RLock()
 	mark := w.journal.next
 	if start != nil {
-		start(View{s: w.st, j: &w.journal, changed: w.changed, tables: w.tables, held: len(w.findings) > 0})
+		start(w.view())
 	}
 	w.mu.RUnlock()
 	s.release(mark)

@@ -177,7 +177,12 @@ func New(opts Options) *Watcher {
 func (w *Watcher) Read(fn func(View)) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	fn(View{s: w.st, j: &w.journal, changed: w.changed, tables: w.tables, held: len(w.findings) > 0})
+	fn(w.view())
+}
+
+// view is the cache as a View; called with mu held.
+func (w *Watcher) view() View {
+	return View{s: w.st, j: &w.journal, changed: w.changed, tables: w.tables, held: len(w.findings) > 0}
 }
 
 // Synced reports whether the cache currently mirrors the kernel.
