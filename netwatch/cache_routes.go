@@ -383,13 +383,7 @@ func (t *table) setAll(k RouteKey, rs []Route) {
 		t.countRoute(r, 1)
 	}
 	if len(rs) == 0 {
-		delete(t.extra, k)
-		delete(t.dups, k)
-		if t.family == IPv4 {
-			t.m4.del(mk4(k))
-		} else {
-			t.m6.del(mk6(k))
-		}
+		t.drop(k)
 		return
 	}
 	t.setFirst(rs[0])
@@ -417,9 +411,13 @@ func (t *table) insert(r Route) {
 // reading it again.
 func (t *table) remove(k RouteKey, first Route) {
 	t.countRoute(first, -1)
-	if len(t.extra) > 0 {
-		delete(t.extra, k)
-	}
+	t.drop(k)
+}
+
+// drop takes key k and its routes out of the table, counts aside.
+func (t *table) drop(k RouteKey) {
+	delete(t.extra, k)
+	delete(t.dups, k)
 	if t.family == IPv4 {
 		t.m4.del(mk4(k))
 	} else {
