@@ -58,12 +58,8 @@ import (
 // next pass, and a table left by prefix mode is replaced wholesale: the
 // table is owned, so whatever the peers do not want in it goes.
 func DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (d netwatch.Desired, ok bool) {
-	if !cfg.Peers {
-		return netwatch.Desired{}, false
-	}
-	return cfg.desired(v, mode, func(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *netwatch.Desired) {
-		cfg.peerFamily(v, f, tun, peers, d, newMainIndex(v, f, nil))
-	})
+	var c PeerCache
+	return c.DesiredPeers(v, cfg, mode, peers)
 }
 
 // peerNotes adds to d a note per main route that peers of family f are
@@ -258,9 +254,6 @@ type mainIndex struct {
 }
 
 func newMainIndex(v netwatch.View, f netwatch.Family, t *mainTable) mainIndex {
-	if t == nil {
-		t = walkMain(v, f)
-	}
 	return mainIndex{mainTable: t, v: v, f: f, found: make(map[netip.Prefix]netwatch.Route)}
 }
 
@@ -332,6 +325,10 @@ func (c *PeerCache) DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers [
 // the last view c saw.
 func (c *PeerCache) follow(v netwatch.View) {
 	mark := v.Mark()
+	defer func() { c.mark = mark }()
+	if c.tables == ([2]*mainTable{}) {
+		return // nothing kept to drop
+	}
 	changes, complete := v.Changes(c.mark)
 	if v.Changed() == nil || !complete || !v.Synced() {
 		// A Snapshot's view (it has no journal), or one that cannot tell.
@@ -343,7 +340,6 @@ func (c *PeerCache) follow(v netwatch.View) {
 			}
 		}
 	}
-	c.mark = mark
 }
 
 func famIndex(f netwatch.Family) int {
