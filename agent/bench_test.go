@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -508,8 +509,8 @@ func BenchmarkKernelUnrelatedLinks(b *testing.B) {
 				for range b.N {
 					a := s.startBin(b, ag.bin, append(seedArgs, "--metrics-addr=")...)
 					eventually(b, 30*time.Second, "split", func() error { return s.splitAt(b, 1355) })
-					time.Sleep(2 * time.Second) // the first passes' own events settle
 					pid := a.cmd.Process.Pid
+					waitIdle(b, pid) // the first passes and their own events are done
 					_, run0 := cpuTime(b, pid)
 					for i := range changes {
 						state := "up"
@@ -533,6 +534,26 @@ func BenchmarkKernelUnrelatedLinks(b *testing.B) {
 			})
 		}
 	}
+}
+
+// waitIdle waits until process pid has used less than a millisecond of CPU
+// in a quarter of a second.
+func waitIdle(b *testing.B, pid int) {
+	b.Helper()
+	_, last := cpuTime(b, pid)
+	since := time.Now()
+	eventually(b, 30*time.Second, "the agent idle", func() error {
+		if time.Since(since) < 250*time.Millisecond {
+			return errors.New("still measuring")
+		}
+		_, now := cpuTime(b, pid)
+		used := time.Duration(now - last)
+		last, since = now, time.Now()
+		if used >= time.Millisecond {
+			return fmt.Errorf("%v of CPU in the last 250 ms", used)
+		}
+		return nil
+	})
 }
 
 // loadRoutes adds n /24 routes from 11.0.0.0/24 upwards via the gateway to
