@@ -65,7 +65,9 @@ func (o Origin) String() string {
 
 // ownerFinder finds the process that owns a netlink port of the dialer's
 // namespace (see portOwners); an rtnl.Dialer may offer one with a method
-// owners() ownerFinder.
+// owners() ownerFinder. find must not wait for slow look-ups: a finder
+// with a method run(ctx) does those there, and the Watcher runs it while
+// it runs.
 type ownerFinder interface {
 	find(port uint32) (pid int, comm string, ok bool)
 }

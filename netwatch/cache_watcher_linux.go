@@ -263,6 +263,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 	stop := context.AfterFunc(ctx, w.interrupt)
 	defer stop()
+	if o, ok := w.owners.(interface{ run(context.Context) }); ok {
+		// The look-ups that would delay events run beside them.
+		octx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); o.run(octx) }()
+		defer func() { cancel(); <-done }()
+	}
 
 	bo := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(w.opts.RetryMin),
