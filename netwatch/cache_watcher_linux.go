@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -400,6 +401,12 @@ func (s *receiveLoop) run(ctx context.Context) error {
 				return err
 			}
 			continue
+		}
+		if s.pending.any() {
+			// A re-dump takes the RTNL lock and a few round trips: let
+			// the goroutines that the events just woke (a Reconciler
+			// about to repair) run first, on this thread.
+			runtime.Gosched()
 		}
 		waiting, err := s.redumpPending(drained)
 		if err != nil {
