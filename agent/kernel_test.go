@@ -38,6 +38,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(floorEnv) != "" {
+		os.Exit(floorRepairer())
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

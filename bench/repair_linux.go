@@ -165,15 +165,45 @@ func restoreOnce(l *ruleListener, s *nlSock, when time.Time, timeout time.Durati
 	if err := deleteRule(s); err != nil {
 		return 0, time.Time{}, fmt.Errorf("delete rule: %w", err)
 	}
-	del, err := l.wait(unix.RTM_DELRULE, 5*time.Second)
+	del, add, err := l.waitRestore(timeout)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	add, err := l.wait(unix.RTM_NEWRULE, timeout)
-	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("not restored: %w", err)
+	return absDuration(add.Sub(del)), add, nil
+}
+
+// waitRestore returns the times of the rule's deletion and of its
+// restoration. The kernel announces a rule change after releasing the
+// RTNL lock, so a repairer that acts while the deletion is still being
+// announced can have its addition reach this listener first: then the
+// repair took less than the gap between the two.
+func (l *ruleListener) waitRestore(timeout time.Duration) (del, add time.Time, err error) {
+	t := time.NewTimer(5*time.Second + timeout)
+	defer t.Stop()
+	for del.IsZero() || add.IsZero() {
+		select {
+		case ev := <-l.ch:
+			switch {
+			case ev.typ == unix.RTM_DELRULE && del.IsZero():
+				del = ev.at
+			case ev.typ == unix.RTM_NEWRULE && add.IsZero():
+				add = ev.at
+			}
+		case <-t.C:
+			if del.IsZero() {
+				return del, add, fmt.Errorf("no rule %d deletion event within %v", rulePriority, 5*time.Second+timeout)
+			}
+			return del, add, fmt.Errorf("not restored: no rule %d event of type %d within %v", rulePriority, unix.RTM_NEWRULE, timeout)
+		}
 	}
-	return add.Sub(del), add, nil
+	return del, add, nil
+}
+
+func absDuration(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
 }
 
 // proc is a repairer running in the namespace, in its own process group.
