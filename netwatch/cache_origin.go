@@ -42,6 +42,12 @@ func (k OriginKind) String() string {
 // namespace shows the socket's owner, the owner's process ID and command
 // name. On Linux a process's first netlink socket takes the process ID as
 // its port.
+//
+// Finding the process never delays the event: a socket that is its
+// process's first, or this process's, is named from its first event; one
+// that only a scan of /proc finds is looked up beside the events and named
+// from its next ones. An answer is reused for a second and renewed in the
+// background meanwhile.
 type Origin struct {
 	Kind OriginKind
 	Port uint32
