@@ -237,9 +237,14 @@ func (p *proc) stop() {
 	}
 }
 
-// repairAgent measures the built agent: a fresh agent every five
-// deletions, because its fight damping delays repairs after the fifth
-// undo of one object (the point of damping, not a latency).
+// repairAgent measures the built agent: a deletion every repairPace, as a
+// foreign program's occasional deletion comes (back-to-back deletions are
+// a fight, whose pace the agent limits on purpose), and a fresh agent
+// every five, so that the trials include agents' first repairs.
+// repairPace is the time between the agent's trials: longer than its
+// coalescing window (10 ms) and its repair rate limit's refill (100 ms).
+const repairPace = 150 * time.Millisecond
+
 func repairAgent(agent string, trials int, logf func(string, ...any)) (repairResult, error) {
 	res := repairResult{Name: "marksplit agent"}
 	t, err := newTopo()
@@ -266,7 +271,7 @@ func repairAgent(agent string, trials int, logf func(string, ...any)) (repairRes
 		_, err = l.wait(unix.RTM_NEWRULE, 30*time.Second)
 		for i := 0; err == nil && i < perAgent && len(res.Latencies) < trials; i++ {
 			var d time.Duration
-			if d, _, err = restoreOnce(l, s, time.Time{}, 10*time.Second); err == nil {
+			if d, _, err = restoreOnce(l, s, time.Now().Add(repairPace), 10*time.Second); err == nil {
 				res.Latencies = append(res.Latencies, d)
 				logf("  agent trial %d: %v", len(res.Latencies), d)
 			}

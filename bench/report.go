@@ -606,8 +606,10 @@ rtnetlink.Conn cannot size its buffer.
 as ` + "`ip rule del not fwmark 0xe00/0xf00 lookup 900 pref 900`" + ` would) and times, on a multicast
 subscription of its own, the kernel's RTM_DELRULE notification to the RTM_NEWRULE of the restored rule.
 The agent is the built binary (` + "`marksplit run --encryption=on --prefix=10.0.0.0/16 --metrics-addr=`" + `),
-deletions back to back, a fresh agent every five (its fight damping delays repairs after the fifth undo
-of one object, on purpose). The loop is ` + "`while true; do ip rule show pref 900 | grep -q . || ip rule add not fwmark 0xe00/0xf00 lookup 900 pref 900; sleep {{.Seconds}}; done`" + `;
+a deletion every 150 ms, as a foreign program's occasional deletion comes (back-to-back deletions are a
+fight, whose pace the agent limits on purpose), a fresh agent every five. The kernel announces a rule
+change after releasing its lock, so the restoration can reach the bench's listener before the deletion
+it answers; such a trial counts the gap between the two. The loop is ` + "`while true; do ip rule show pref 900 | grep -q . || ip rule add not fwmark 0xe00/0xf00 lookup 900 pref 900; sleep {{.Seconds}}; done`" + `;
 each deletion comes at a random moment of its cycle, stratified so that the trials cover the cycle
 evenly, so its expected latency is half the interval.
 {{end}}
