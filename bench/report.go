@@ -744,7 +744,8 @@ var movesTmpl = template.Must(template.New("moves").Parse(`## What would move th
   the overflow scenario lowers it on purpose to show the resync.
 - **The polling interval.** The loop's latency is uniform between zero and its interval: a 5 s loop
   would have a median near 2.5 s, at six times the processes spawned. The agent's repair latency is
-  the kernel's event delivery plus one pass (re-derive, plan, apply); a large main table makes
-  each pass longer, and fight damping deliberately slows the repair of an object undone more than
-  five times in a row.
+  the kernel's event delivery, two goroutine wake-ups and one pass (re-derive, plan, apply); on a
+  2-vCPU VM its slowest trials are the machine's (BenchmarkKernelRuleRestore runs a floor repairer
+  beside it), and in a fight the agent deliberately limits its repairs of the object to a bucket of
+  20 refilled every 100 ms.
 `))
