@@ -346,8 +346,15 @@ func (w *Watcher) closeDumpPipe(p *dumpPipe) error {
 }
 
 // releaseDumpBuffers lets the garbage collector have the dump buffers
-// once a sync is over: a watcher between syncs holds none.
-func (w *Watcher) releaseDumpBuffers() { w.dumpBufs = nil }
+// but one once a sync is over: the re-dump that every rule event asks for
+// (and a link's routes) fits in one datagram, and allocating its 64 KiB
+// each time made the garbage collector run every few seconds beside
+// repairs.
+func (w *Watcher) releaseDumpBuffers() {
+	if len(w.dumpBufs) > 1 {
+		w.dumpBufs = w.dumpBufs[:1:1]
+	}
+}
 
 // A dump has up to dumpBuffers datagrams in flight, each in a buffer of
 // dumpBufferSize: the kernel fills dump datagrams up to 32 KiB. A longer

@@ -137,8 +137,8 @@ type Watcher struct {
 
 	running atomic.Bool
 	// dumpBufs are the receive buffers of dumps, kept from one dump to
-	// the next of a sync; only Run's goroutine and a dump's caching
-	// goroutine use them.
+	// the next of a sync, and one of them between syncs; only Run's
+	// goroutine and a dump's caching goroutine use them.
 	dumpBufs [][]byte
 }
 
