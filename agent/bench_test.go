@@ -60,14 +60,7 @@ func benchAgents(b *testing.B) []benchAgent {
 // own latency, for ratios.
 func BenchmarkKernelRuleRestore(b *testing.B) {
 	trials := envInt(b, "MARKSPLIT_BENCH_RESTORES", 300)
-	every := 150 * time.Millisecond
-	if v := os.Getenv("MARKSPLIT_BENCH_RESTORE_EVERY"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.Fatalf("MARKSPLIT_BENCH_RESTORE_EVERY: %v", err)
-		}
-		every = d
-	}
+	every := envDuration(b, "MARKSPLIT_BENCH_RESTORE_EVERY", 150*time.Millisecond)
 	for _, n := range []int{1000, 100000} {
 		s := newSeed(b, true)
 		loadRoutes(b, s, n)
@@ -241,14 +234,7 @@ func restoreOnce(b *testing.B, events <-chan ruleEvent, ap *netwatch.Applier) (t
 // /proc/PID/stat, in clock ticks, and the threads' schedstat run time in
 // nanoseconds) and its resident memory (VmRSS).
 func BenchmarkKernelIdle(b *testing.B) {
-	idle := time.Minute
-	if v := os.Getenv("MARKSPLIT_BENCH_IDLE"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.Fatalf("MARKSPLIT_BENCH_IDLE: %v", err)
-		}
-		idle = d
-	}
+	idle := envDuration(b, "MARKSPLIT_BENCH_IDLE", time.Minute)
 	s := newSeed(b, true)
 	for range b.N {
 		a := s.start(b, append(seedArgs, "--metrics-addr=127.0.0.1:9184")...)
@@ -383,6 +369,18 @@ func envInt(b *testing.B, name string, def int) int {
 	return def
 }
 
+// envDuration is the duration the environment variable name gives, or def.
+func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("%s: %v", name, err)
+		}
+		return d
+	}
+	return def
+}
+
 // fightWarnings counts the agent's fight warnings.
 func fightWarnings(a *agentProc) int { return strings.Count(a.out.String(), `"msg":"fight: `) }
 
@@ -459,14 +457,7 @@ func rebuilt(events <-chan routeEvent, timeout time.Duration) (time.Duration, bo
 // fight as a share of one core, its fight warnings, and how long the rule
 // took to come back after the program stopped.
 func BenchmarkKernelFight(b *testing.B) {
-	fight := 10 * time.Second
-	if v := os.Getenv("MARKSPLIT_BENCH_FIGHT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.Fatalf("MARKSPLIT_BENCH_FIGHT: %v", err)
-		}
-		fight = d
-	}
+	fight := envDuration(b, "MARKSPLIT_BENCH_FIGHT", 10*time.Second)
 	for _, ag := range benchAgents(b) {
 		b.Run("agent="+ag.name, func(b *testing.B) {
 			s := newSeed(b, true)
