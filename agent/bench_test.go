@@ -594,18 +594,5 @@ func waitIdle(b *testing.B, pid int) {
 // the main table, proto bgp, with ip -batch.
 func loadRoutes(b *testing.B, s *seed, n int) {
 	b.Helper()
-	f, err := os.CreateTemp(b.TempDir(), "routes")
-	if err != nil {
-		b.Fatal(err)
-	}
-	w := bufio.NewWriter(f)
-	for i := range n {
-		a := 11<<24 + i<<8
-		fmt.Fprintf(w, "route add %d.%d.%d.0/24 via 10.0.0.1 dev enp7s0 proto bgp\n", a>>24, a>>16&0xff, a>>8&0xff)
-	}
-	if err := w.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	f.Close()
-	s.ns.IP(b, "-batch", f.Name())
+	s.ns.AddRoutes(b, n, "10.0.0.1", "enp7s0")
 }

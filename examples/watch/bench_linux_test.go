@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -36,19 +35,7 @@ func BenchmarkKernelDump(b *testing.B) {
 	ns.IP(b, "link", "set", "eth0", "up")
 	ns.IP(b, "link", "set", "eth1", "up")
 	ns.IP(b, "addr", "add", "10.0.0.5/16", "dev", "eth0")
-	batch := b.TempDir() + "/routes"
-	f, err := os.Create(batch)
-	if err != nil {
-		b.Fatal(err)
-	}
-	w := bufio.NewWriter(f)
-	for i := range n {
-		a := 11<<24 + i<<8
-		fmt.Fprintf(w, "route add %d.%d.%d.0/24 via 10.0.0.1 dev eth0 proto bgp\n", a>>24, a>>16&0xff, a>>8&0xff)
-	}
-	w.Flush()
-	f.Close()
-	ns.IP(b, "-batch", batch)
+	ns.AddRoutes(b, n, "10.0.0.1", "eth0")
 
 	run := func(args ...string) (time.Duration, int64) {
 		cmd := exec.Command("nsenter", append([]string{"--net=" + ns.Path()}, args...)...)

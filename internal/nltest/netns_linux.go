@@ -3,11 +3,13 @@
 package nltest
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"testing"
@@ -161,6 +163,30 @@ func (ns *NetNS) IP(t testing.TB, args ...string) string {
 		t.Fatalf("nltest: %v", err)
 	}
 	return out
+}
+
+// AddRoutes adds n /24 routes from 11.0.0.0/24 upwards to the main table,
+// via gw out of dev with proto bgp, in one ip -batch: a BGP-sized table for
+// benchmarks.
+func (ns *NetNS) AddRoutes(t testing.TB, n int, gw, dev string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "routes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	for i := range n {
+		a := 11<<24 + i<<8
+		fmt.Fprintf(w, "route add %d.%d.%d.0/24 via %s dev %s proto bgp\n", a>>24, a>>16&0xff, a>>8&0xff, gw, dev)
+	}
+	err = w.Flush()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.IP(t, "-batch", f.Name())
 }
 
 // IPJSON runs "ip -j" with args inside the namespace and decodes its output
