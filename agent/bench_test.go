@@ -168,18 +168,8 @@ func listenRules(b *testing.B, s *seed) <-chan ruleEvent {
 				return
 			}
 			for _, m := range msgs {
-				now := time.Now()
-				// fib_rule_hdr: family, dst_len, src_len, tos, table,
-				// res1, res2, action, flags; then FRA_PRIORITY among the
-				// attributes.
-				ad, err := netlink.NewAttributeDecoder(m.Data[12:])
-				if err != nil {
-					continue
-				}
-				for ad.Next() {
-					if ad.Type() == unix.FRA_PRIORITY && ad.Uint32() == 900 {
-						ch <- ruleEvent{uint16(m.Header.Type), now}
-					}
+				if rulePriority(m.Data) == 900 {
+					ch <- ruleEvent{uint16(m.Header.Type), time.Now()}
 				}
 			}
 		}
