@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -57,29 +56,11 @@ func linkCost(self string, t *topo, n, total int) (linkResult, error) {
 		return res, err
 	}
 	cmd := t.node.command(ctx, self, "-child", "links", "-expect", strconv.Itoa(total))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	c, err := startReady(cmd, "the watcher")
 	if err != nil {
 		return res, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return res, err
-	}
-	if err := cmd.Start(); err != nil {
-		return res, err
-	}
-	defer func() {
-		stdin.Close()
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	}()
-	lines := bufio.NewScanner(stdout)
-	if !lines.Scan() || lines.Text() != "ready" {
-		return res, fmt.Errorf("the watcher did not get ready: %q", lines.Text())
-	}
+	defer c.close()
 	for i := range linkChanges {
 		state := "up"
 		if i%2 == 1 {
@@ -91,15 +72,9 @@ func linkCost(self string, t *topo, n, total int) (linkResult, error) {
 		time.Sleep(linkPace)
 	}
 	time.Sleep(time.Second) // what the last change costs after it
-	fmt.Fprintln(stdin, "done")
-	if !lines.Scan() {
-		return res, errors.New("no result from the watcher")
-	}
-	if err := json.Unmarshal(lines.Bytes(), &res); err != nil {
-		return res, err
-	}
+	err = c.result("done", &res)
 	res.N, res.Changes = n, linkChanges
-	return res, cmd.Wait()
+	return res, err
 }
 
 // childLinks syncs a watcher, says "ready", and at "done" prints its CPU

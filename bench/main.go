@@ -438,6 +438,63 @@ func readInt(path string, def int) int {
 	return n
 }
 
+// readyChild is a measuring child process: it prints "ready" once it has
+// synced, and one JSON line of results after the line its parent writes
+// when the measurement is over.
+type readyChild struct {
+	cmd   *exec.Cmd
+	what  string // for errors: "the consumer", "the watcher"
+	stdin io.WriteCloser
+	lines *bufio.Scanner
+}
+
+// startReady starts cmd, its stderr the bench's, and waits for its
+// "ready".
+func startReady(cmd *exec.Cmd, what string) (*readyChild, error) {
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &readyChild{cmd: cmd, what: what, stdin: stdin, lines: bufio.NewScanner(stdout)}
+	c.lines.Buffer(make([]byte, 1<<20), 1<<20)
+	if !c.lines.Scan() || c.lines.Text() != "ready" {
+		c.close()
+		return nil, fmt.Errorf("%s did not get ready: %q", what, c.lines.Text())
+	}
+	return c, nil
+}
+
+// result writes done, decodes the child's result line into v and waits
+// for it to exit.
+func (c *readyChild) result(done string, v any) error {
+	fmt.Fprintln(c.stdin, done)
+	if !c.lines.Scan() {
+		c.cmd.Wait()
+		return fmt.Errorf("no result from %s", c.what)
+	}
+	if err := json.Unmarshal(c.lines.Bytes(), v); err != nil {
+		return err
+	}
+	return c.cmd.Wait()
+}
+
+// close ends the child if result has not.
+func (c *readyChild) close() {
+	c.stdin.Close()
+	if c.cmd.ProcessState == nil {
+		c.cmd.Process.Kill()
+		c.cmd.Wait()
+	}
+}
+
 // churnOnce starts a consumer in a fresh process, waits until it has
 // synced, churns, and collects its result.
 func churnOnce(self string, t *topo, socks []*nlSock, contender string, rcvbuf, total int, expected int64, cfg *config, spec routeSpec) (churnResult, writerStats, error) {
@@ -446,43 +503,16 @@ func churnOnce(self string, t *topo, socks []*nlSock, contender string, rcvbuf, 
 	defer cancel()
 	cmd := t.node.command(ctx, self, "-child", "churn", "-contender", contender, "-rcvbuf", strconv.Itoa(rcvbuf),
 		"-expect", strconv.Itoa(total), "-events", strconv.FormatInt(expected, 10))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	c, err := startReady(cmd, "the consumer")
 	if err != nil {
 		return res, writerStats{}, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return res, writerStats{}, err
-	}
-	if err := cmd.Start(); err != nil {
-		return res, writerStats{}, err
-	}
-	defer func() {
-		stdin.Close()
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	}()
-	lines := bufio.NewScanner(stdout)
-	lines.Buffer(make([]byte, 1<<20), 1<<20)
-	if !lines.Scan() || lines.Text() != "ready" {
-		return res, writerStats{}, fmt.Errorf("the consumer did not get ready: %q", lines.Text())
-	}
+	defer c.close()
 	ws, err := churn(socks, cfg.perWriter, cfg.churnBatch, spec)
 	if err != nil {
 		return res, ws, err
 	}
-	fmt.Fprintf(stdin, "done %d\n", ws.EndNS)
-	if !lines.Scan() {
-		cmd.Wait()
-		return res, ws, fmt.Errorf("no result from the consumer")
-	}
-	if err := json.Unmarshal(lines.Bytes(), &res); err != nil {
-		return res, ws, err
-	}
-	if err := cmd.Wait(); err != nil {
+	if err := c.result(fmt.Sprintf("done %d", ws.EndNS), &res); err != nil {
 		return res, ws, err
 	}
 	// The writers delete what they add: the table must be back where it
