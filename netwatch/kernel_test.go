@@ -780,6 +780,18 @@ func gwRoutes(t Table, first, n int, gw netip.Addr, index uint32) []Route {
 }
 
 // underlay gives ns a veth pair whose first end is up with 10.200.0.1/24,
+// dualUnderlay is a namespace with the underlay and fd00::1/64 on u0
+// besides, and a synced watcher of it.
+func dualUnderlay(t *testing.T) (*testNS, *Watcher) {
+	t.Helper()
+	ns := newTestNS(t)
+	underlay(t, ns)
+	ns.batch(t, []string{"addr add fd00::1/64 dev u0 nodad"})
+	w := startWatcher(t, Options{Dialer: ns.dialer()})
+	waitSynced(t, w, 5*time.Second)
+	return ns, w
+}
+
 // and returns that end's index and a gateway on it.
 func underlay(tb testing.TB, ns *testNS) (uint32, netip.Addr) {
 	tb.Helper()
@@ -1456,11 +1468,7 @@ func TestKernelRouteAliases(t *testing.T) {
 // TestKernelIPv6Multipath: IPv6 merges routes with one key into a multipath
 // route, and removes single paths from it, notifying only that path.
 func TestKernelIPv6Multipath(t *testing.T) {
-	ns := newTestNS(t)
-	underlay(t, ns)
-	ns.batch(t, []string{"addr add fd00::1/64 dev u0 nodad"})
-	w := startWatcher(t, Options{Dialer: ns.dialer()})
-	waitSynced(t, w, 5*time.Second)
+	ns, w := dualUnderlay(t)
 	for _, cmd := range []string{
 		"route add fd09::/64 via fd00::2 dev u0",
 		"route append fd09::/64 via fd00::3 dev u0",
@@ -1486,11 +1494,7 @@ func TestKernelIPv6Multipath(t *testing.T) {
 // not a dump of the family. A gateway route beside a gateway route is
 // merged by the kernel and re-dumped.
 func TestKernelIPv6SharedKey(t *testing.T) {
-	ns := newTestNS(t)
-	underlay(t, ns)
-	ns.batch(t, []string{"addr add fd00::1/64 dev u0 nodad"})
-	w := startWatcher(t, Options{Dialer: ns.dialer()})
-	waitSynced(t, w, 5*time.Second)
+	ns, w := dualUnderlay(t)
 	// The routes to fd0b::/64 in order, each as gateway@dev, or
 	// "multipath".
 	order := func() (ip, cache []string) {
@@ -1596,11 +1600,7 @@ func TestKernelSilentChanges(t *testing.T) {
 // are cached with their RTA_NH_ID, and follow the object when it changes
 // or goes.
 func TestKernelNexthopObjects(t *testing.T) {
-	ns := newTestNS(t)
-	underlay(t, ns)
-	ns.batch(t, []string{"addr add fd00::1/64 dev u0 nodad"})
-	w := startWatcher(t, Options{Dialer: ns.dialer()})
-	waitSynced(t, w, 5*time.Second)
+	ns, w := dualUnderlay(t)
 	for _, step := range [][]string{
 		{"nexthop add id 1 via 10.200.0.2 dev u0", "nexthop add id 2 via 10.200.0.3 dev u0",
 			"nexthop add id 3 group 1/2", "nexthop add id 6 via fd00::2 dev u0"},
