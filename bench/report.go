@@ -23,8 +23,8 @@ type syncResult struct {
 	Routes     int    `json:"routes"`
 	WallNS     int64  `json:"wall_ns"`
 	HWMKiB     int64  `json:"hwm_kib"`      // VmHWM, or ip's ru_maxrss
-	HeapKiB    int64  `json:"heap_kib"`     // HeapAlloc right after the sync; -1 for ip
-	RetainKiB  int64  `json:"retained_kib"` // HeapAlloc after a GC with the result alive
+	HeapKiB    int64  `json:"heap_kib"`     // HeapAlloc right after the sync (netwatch: + MappedBytes); -1 for ip
+	RetainKiB  int64  `json:"retained_kib"` // HeapAlloc after a GC with the result alive (netwatch: + MappedBytes)
 	InterruptN int    `json:"interrupted,omitempty"`
 }
 
@@ -478,7 +478,7 @@ func (rep *report) headline(b *strings.Builder) {
 		g := rep.Sync[len(rep.Sync)-1]
 		nw, _ := g.row("netwatch")
 		raw, _ := g.row("raw")
-		fmt.Fprintf(b, "- **Initial sync of %s routes:** netwatch %s (%s the raw dump floor), peak RSS %s, retained heap %s.",
+		fmt.Fprintf(b, "- **Initial sync of %s routes:** netwatch %s (%s the raw dump floor), peak RSS %s, retained memory %s.",
 			fmtInt(int64(g.N)), fmtDur(nw.wall), ratio(nw.wall, raw.wall), fmtMiB(nw.hwm), fmtMiB(nw.retained))
 		var peers []string
 		for _, c := range []string{"vishvananda-list", "vishvananda-subscribe", "rtnetlink", "ip"} {
@@ -576,7 +576,8 @@ nsenter inside the namespace), so its peak RSS is its own: VmHWM from /proc/self
 or, for ip, the ru_maxrss of the ip process. The wall time runs from just before the first socket
 is opened until the routes are in hand. "Go heap after sync" is runtime.MemStats.HeapAlloc then,
 before any forced GC; "retained" is HeapAlloc after runtime.GC() with the result still referenced
-(netwatch's cache, the returned slices, the received updates). Default GOGC. The contenders:
+(netwatch's cache, the returned slices, the received updates). For netwatch both also count the
+route chunks it maps outside the Go heap (Stats.MappedBytes), so the columns compare what each holds. Default GOGC. The contenders:
 the raw dump floor (one RTM_GETROUTE AF_UNSPEC dump read with recvfrom into a 64 KiB buffer, counting
 headers, decoding nothing); netwatch (New, Run, wait for Synced: links, addresses, IPv4 and IPv6 routes
 and rules, decoded into its typed cache); vishvananda/netlink ` + "`RouteListFiltered(FAMILY_ALL, &Route{Table: RT_TABLE_UNSPEC}, RT_FILTER_TABLE)`" + `;

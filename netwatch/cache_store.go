@@ -1,6 +1,10 @@
 package netwatch
 
-import "slices"
+import (
+	"runtime"
+	"slices"
+	"unsafe"
+)
 
 // A store is the map under one routing table: compact keys to compact
 // values, built for the way a cache fills. A dump lists a table's routes
@@ -12,11 +16,57 @@ import "slices"
 // that do not sort last in a small map that is merged into the array when
 // it grows.
 type store[K compactKey[K], V any] struct {
+	_      noCopy
 	chunks [][]entry[K, V] // sorted by key; every chunk but the last is full
+	mem    *chunkMem       // the memory of chunks mapped outside the heap
 	n      int             // entries in chunks, dead ones included
 	dead   []uint64        // bit i set: entry i was deleted
 	ndead  int
 	added  map[K]V // keys not in chunks
+}
+
+// Every chunk but a store's first is mapped outside the Go heap
+// (cache_store_mem_linux.go). Entries hold no pointers, so the garbage
+// collector never scanned them, but it paced itself by them: a million
+// routes grow the heap from 4 to 44 MB during a dump, a collection at each
+// doubling, and those collections cost an initial sync 0.1× the kernel's
+// own dump time. A store's mapped chunks are returned to the kernel when
+// compaction replaces them and, for the others, once the table holding the
+// store is unreachable (runtime.AddCleanup): nothing but the store refers
+// to them, and it is reached only through its table.
+type chunkMem struct {
+	regions [][]byte // regions[i] backs chunks[i]; nil for a heap chunk
+	spare   []byte   // the region of the chunk dropped last, for the next
+}
+
+// noCopy has go vet report a copy of a store (or of a table): the copy
+// would share mapped chunks that the original's cleanup unmaps.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
+
+// mapped returns the bytes the store holds outside the Go heap.
+func (s *store[K, V]) mapped() int64 {
+	if s.mem == nil {
+		return 0
+	}
+	n := len(s.mem.spare)
+	for _, r := range s.mem.regions {
+		n += len(r)
+	}
+	return int64(n)
+}
+
+func (m *chunkMem) free() {
+	for _, r := range m.regions {
+		if r != nil {
+			unmapChunk(r)
+		}
+	}
+	if m.spare != nil {
+		unmapChunk(m.spare)
+	}
 }
 
 // compactKey is a pointer-free route key ordered as the kernel dumps.
@@ -135,7 +185,7 @@ func (s *store[K, V]) del(k K) {
 		// The last entry: drop it rather than mark it.
 		s.n--
 		if s.n&(chunkLen-1) == 0 {
-			s.chunks = s.chunks[:len(s.chunks)-1]
+			s.dropLastChunk()
 		} else {
 			c := &s.chunks[len(s.chunks)-1]
 			*c = (*c)[:len(*c)-1]
@@ -153,17 +203,56 @@ func (s *store[K, V]) del(k K) {
 // push appends an entry whose key sorts after every other.
 func (s *store[K, V]) push(k K, v V) {
 	if s.n&(chunkLen-1) == 0 {
-		// A new chunk: full size once the table has a full one, growing
-		// from small otherwise (most tables hold a few routes).
-		c := 0
-		if s.n > 0 {
-			c = chunkLen
-		}
-		s.chunks = append(s.chunks, make([]entry[K, V], 0, c))
+		s.chunks = append(s.chunks, s.newChunk())
 	}
 	c := &s.chunks[len(s.chunks)-1]
 	*c = append(*c, entry[K, V]{k, v})
 	s.n++
+}
+
+// newChunk returns an empty chunk to follow the last: on the heap and
+// growing from small while it is the first (most tables hold a few
+// routes), of full size and mapped outside the heap after a full one.
+func (s *store[K, V]) newChunk() []entry[K, V] {
+	if s.n == 0 {
+		if s.mem != nil {
+			s.mem.regions = append(s.mem.regions, nil)
+		}
+		return nil
+	}
+	if s.mem == nil {
+		s.mem = &chunkMem{regions: make([][]byte, len(s.chunks))}
+		runtime.AddCleanup(s, (*chunkMem).free, s.mem)
+	}
+	b := s.mem.spare
+	s.mem.spare = nil
+	if b == nil {
+		b = mapChunk(chunkLen * int(unsafe.Sizeof(entry[K, V]{})))
+	}
+	s.mem.regions = append(s.mem.regions, b)
+	if b == nil {
+		return make([]entry[K, V], 0, chunkLen)
+	}
+	return unsafe.Slice((*entry[K, V])(unsafe.Pointer(unsafe.SliceData(b))), chunkLen)[:0]
+}
+
+// dropLastChunk removes the last chunk, which is empty, keeping its
+// memory for the next.
+func (s *store[K, V]) dropLastChunk() {
+	i := len(s.chunks) - 1
+	s.chunks[i] = nil
+	s.chunks = s.chunks[:i]
+	if s.mem == nil {
+		return
+	}
+	if r := s.mem.regions[i]; r != nil {
+		if s.mem.spare != nil {
+			unmapChunk(s.mem.spare)
+		}
+		s.mem.spare = r
+	}
+	s.mem.regions[i] = nil
+	s.mem.regions = s.mem.regions[:i]
 }
 
 // from yields the entries of the array from the first key not below k, in
@@ -220,11 +309,15 @@ func (s *store[K, V]) compact() {
 		added = append(added, entry[K, V]{k, v})
 	}
 	slices.SortFunc(added, func(a, b entry[K, V]) int { return a.k.compare(b.k) })
-	old := *s
-	*s = store[K, V]{}
-	for ci, c := range old.chunks {
+	chunks, dead := s.chunks, s.dead
+	var regions [][]byte // the old chunks' memory, unmapped at the end
+	if s.mem != nil {
+		regions, s.mem.regions = s.mem.regions, nil
+	}
+	s.chunks, s.n, s.dead, s.ndead, s.added = nil, 0, nil, 0, nil
+	for ci, c := range chunks {
 		for j, e := range c {
-			if old.ndead > 0 && old.isDead(ci<<chunkBits|j) {
+			if i := ci<<chunkBits | j; i>>6 < len(dead) && dead[i>>6]&(1<<(i&63)) != 0 {
 				continue
 			}
 			for len(added) > 0 && added[0].k.compare(e.k) < 0 {
@@ -236,5 +329,10 @@ func (s *store[K, V]) compact() {
 	}
 	for _, e := range added {
 		s.push(e.k, e.v)
+	}
+	for _, r := range regions {
+		if r != nil {
+			unmapChunk(r)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"pgregory.net/rapid"
 )
@@ -64,6 +65,21 @@ func checkStore(t interface{ Fatalf(string, ...any) }, s *store[testKey, int], m
 	for ci, c := range s.chunks {
 		if ci < len(s.chunks)-1 && len(c) != chunkLen {
 			t.Fatalf("chunk %d of %d has %d entries", ci, len(s.chunks), len(c))
+		}
+	}
+	if s.mem == nil {
+		return
+	}
+	// The mapped regions are those under the chunks, one for one.
+	if len(s.mem.regions) != len(s.chunks) {
+		t.Fatalf("%d mapped regions for %d chunks", len(s.mem.regions), len(s.chunks))
+	}
+	for ci, r := range s.mem.regions {
+		if ci == 0 && r != nil {
+			t.Fatalf("the first chunk is mapped")
+		}
+		if c := s.chunks[ci]; r != nil && unsafe.Pointer(unsafe.SliceData(c)) != unsafe.Pointer(unsafe.SliceData(r)) {
+			t.Fatalf("chunk %d is not in its mapped region", ci)
 		}
 	}
 }

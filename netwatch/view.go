@@ -27,6 +27,17 @@ func newState() *state {
 	}
 }
 
+// mapped returns the bytes the route tables hold outside the Go heap.
+func (s *state) mapped() int64 {
+	var n int64
+	for _, ts := range s.tables {
+		for _, t := range ts {
+			n += t.m4.mapped() + t.m6.mapped()
+		}
+	}
+	return n
+}
+
 func fi(f Family) int {
 	if f == IPv6 {
 		return 1
