@@ -40,7 +40,11 @@ func (d kernelDialer) Dial(cfg rtnl.DialConfig) (rtnl.Conn, error) {
 	// 1M-route sync 2.5 → 1.8 s). Dump datagrams are at most 32 KiB; a
 	// link message of a NIC with many VFs can be larger, hence 1 MiB: a
 	// truncated message would be an error, never a silent loss.
-	c, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: d.netns, Strict: true, MessageBufferSize: 1 << 20})
+	size := 1 << 20
+	if cfg.MessageBuffer > 0 {
+		size = cfg.MessageBuffer
+	}
+	c, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: d.netns, Strict: true, MessageBufferSize: size})
 	if err != nil {
 		return nil, fmt.Errorf("netwatch: dial rtnetlink: %w", err)
 	}

@@ -1907,3 +1907,34 @@ func TestKernelBarrier(t *testing.T) {
 		t.Fatalf("%d routes in table 100 right after Barrier, want none: their link went down", n)
 	}
 }
+
+// TestKernelApplyRefused checks that the Applier, whose socket reads
+// answers into small buffers, still gets a refusal whole: the errno and
+// the kernel's own explanation, and a long request's acknowledgement.
+func TestKernelApplyRefused(t *testing.T) {
+	ns := newTestNS(t)
+	index, _ := underlay(t, ns)
+	ap, err := DialApplier(Options{Dialer: ns.dialer()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ap.Close()
+	r := Route{Family: IPv4, Table: TableMain, Dst: netip.MustParsePrefix("10.9.0.0/24"), Index: index,
+		Gateway: netip.MustParseAddr("192.0.2.1"), Protocol: ProtoStatic, Scope: ScopeUniverse, Type: RouteUnicast}
+	_, err = ap.Apply([]Op{{Kind: RouteReplace, Route: r}})
+	if !errors.Is(err, unix.ENETUNREACH) {
+		t.Fatalf("a gateway off the link's subnets: %v, want ENETUNREACH", err)
+	}
+	if !strings.Contains(err.Error(), "gateway") {
+		t.Errorf("error %q lacks the kernel's explanation", err)
+	}
+	// A rule added twice: the second is refused with EEXIST, in an
+	// acknowledgement that echoes the whole request.
+	rule := Rule{Family: IPv4, Priority: 77, Table: 77, Action: ActionToTable, IIF: "abcdefghijklmno"}
+	if _, err := ap.Apply([]Op{{Kind: RuleAdd, Rule: rule}}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ap.Apply([]Op{{Kind: RuleAdd, Rule: rule}}); err != nil || !res[0].Already {
+		t.Fatalf("adding the rule again: %v, %+v; want it already there", err, res)
+	}
+}

@@ -48,6 +48,12 @@ type DialConfig struct {
 	Groups []uint32
 	// ReadBuffer is the receive buffer size in bytes; 0 keeps the default.
 	ReadBuffer int
+	// MessageBuffer is the largest datagram the socket's Receive and
+	// Execute read, in bytes; 0 is the dialer's default, which fits any
+	// dump. A request socket that only reads acknowledgements asks for
+	// less: the buffers come from a pool that the garbage collector
+	// empties, and each one it misses is allocated whole.
+	MessageBuffer int
 }
 
 // Dialer opens rtnetlink sockets.
