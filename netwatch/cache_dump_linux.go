@@ -254,22 +254,48 @@ func (w *Watcher) dumpOnce(rc rtnl.Conn, d dumpOf, s *state) (intr bool, err err
 	if err != nil {
 		return false, fmt.Errorf("netwatch: request dump: %w", err)
 	}
-	p := w.newDumpPipe(s)
-	var recvErr error
+	// A dump that fits one datagram (a table of rules, a link's routes, a
+	// small node's anything) is cached here; a longer one through a
+	// pipe, from its first datagram on.
+	var (
+		p                 *dumpPipe
+		recvErr, applyErr error
+	)
 	for end := false; !end; {
+		var buf []byte
+		if p != nil {
+			buf = p.buffer()
+		} else if n := len(w.dumpBufs); n > 0 {
+			buf, w.dumpBufs = w.dumpBufs[n-1], w.dumpBufs[:n-1]
+		} else {
+			buf = make([]byte, dumpBufferSize)
+		}
 		var d []byte
-		if d, recvErr = rc.ReceiveDatagram(p.buffer()); recvErr != nil {
-			break
+		d, recvErr = rc.ReceiveDatagram(buf)
+		if recvErr == nil {
+			var i bool
+			end, i, recvErr = scanDump(d, req.Header.Sequence)
+			intr = intr || i
 		}
-		var i bool
-		end, i, recvErr = scanDump(d, req.Header.Sequence)
-		intr = intr || i
-		if recvErr != nil {
-			break
+		switch {
+		case p == nil && (recvErr != nil || end):
+			if recvErr == nil {
+				applyErr = s.addDatagram(d, w.tables)
+			}
+			w.dumpBufs = append(w.dumpBufs, buf)
+			end = true
+		case recvErr != nil:
+			end = true
+		case p == nil:
+			p = w.newDumpPipe(s, 1)
+			fallthrough
+		default:
+			p.send(d)
 		}
-		p.send(d)
 	}
-	applyErr := w.closeDumpPipe(p)
+	if p != nil {
+		applyErr = w.closeDumpPipe(p)
+	}
 	switch {
 	case recvErr != nil && d.table != 0 && errors.Is(recvErr, unix.ENOENT):
 		return false, nil // the table does not exist yet
@@ -301,13 +327,14 @@ type dumpBatch struct {
 }
 
 // newDumpPipe starts a goroutine caching into s the datagrams sent on the
-// pipe, with the buffers that the sync's last dump kept.
-func (w *Watcher) newDumpPipe(s *state) *dumpPipe {
+// pipe, with the buffers that the sync's last dump kept and inUse more
+// that hold datagrams to be sent.
+func (w *Watcher) newDumpPipe(s *state, inUse int) *dumpPipe {
 	p := &dumpPipe{
 		free: make(chan []byte, dumpBuffers),
 		full: make(chan dumpBatch, dumpBuffers/dumpBatchLen),
 		done: make(chan error, 1),
-		bufs: len(w.dumpBufs),
+		bufs: len(w.dumpBufs) + inUse,
 	}
 	for _, b := range w.dumpBufs {
 		p.free <- b
