@@ -50,14 +50,16 @@ func benchAgents(b *testing.B) []benchAgent {
 // the rule to its restoration, as an independent rtnetlink listener in the
 // namespace sees them: from the RTM_DELRULE notification of the deletion
 // to the RTM_NEWRULE of the restored rule, with 1,000 and 100,000 routes
-// in the main table that the split does not select. A deletion comes
-// every 150 ms (MARKSPLIT_BENCH_RESTORE_EVERY, a duration), 300 times
-// (MARKSPLIT_BENCH_RESTORES): slower than the repair rate limit's refill,
-// so that this is the latency of a repair, not the pace of a fight
-// (BenchmarkKernelFight). It reports p50, p99, max and how many were not
-// restored within a second (late), and measures the floor repairer
-// (floorRepairer) after the agents, in the same namespace: the machine's
-// own latency, for ratios.
+// in the main table that the split does not select. A deletion of the
+// agent's rule comes every 150 ms (MARKSPLIT_BENCH_RESTORE_EVERY, a
+// duration), 300 times (MARKSPLIT_BENCH_RESTORES): slower than the repair
+// rate limit's refill, so that this is the latency of a repair, not the
+// pace of a fight (BenchmarkKernelFight). Halfway between two, the floor
+// repairer (floorRepairer), running beside the agent in the namespace,
+// gets a deletion of its own rule: the machine's own latency, measured by
+// turns with the agent's so that both meet the same moments of this
+// machine, for ratios. It reports p50, p99, max and how many were not
+// restored within a second (late), for the agent and for the floor.
 func BenchmarkKernelRuleRestore(b *testing.B) {
 	trials := envInt(b, "MARKSPLIT_BENCH_RESTORES", 300)
 	every := envDuration(b, "MARKSPLIT_BENCH_RESTORE_EVERY", 150*time.Millisecond)
@@ -69,57 +71,56 @@ func BenchmarkKernelRuleRestore(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		// The agents leave the split in place when they stop; the floor
-		// repairer, which cannot make it, goes last.
-		agents := append(benchAgents(b), benchAgent{name: "floor", bin: os.Args[0], env: append(os.Environ(), floorEnv+"=1")})
-		q := map[string][2]time.Duration{} // p50 and p99 by agent
-		for _, ag := range agents {
+		for _, ag := range benchAgents(b) {
 			b.Run(fmt.Sprintf("routes=%d/agent=%s", n, ag.name), func(b *testing.B) {
-				var lat []time.Duration
-				late := 0
+				var lat, floor []time.Duration
+				late, floorLate := 0, 0
 				for range b.N {
-					a := s.startBinEnv(b, ag.bin, ag.env, append(seedArgs, "--metrics-addr=")...)
-					if ag.name == "floor" {
-						// It repairs the rule and nothing else: the rule
-						// is put back for it (an agent may have left it
-						// deleted), and it is all its trials need.
-						eventually(b, 10*time.Second, "the floor repairer ready", func() error {
-							if !strings.Contains(a.out.String(), "ready") {
-								return errors.New("not yet")
-							}
-							return nil
-						})
-						if _, err := ap.Apply([]netwatch.Op{{Kind: netwatch.RuleAdd, Rule: benchRule}}); err != nil {
-							b.Fatal(err)
+					f := s.startBinEnv(b, os.Args[0], append(os.Environ(), floorEnv+"=1"))
+					eventually(b, 10*time.Second, "the floor repairer ready", func() error {
+						if !strings.Contains(f.out.String(), "ready") {
+							return errors.New("not yet")
 						}
-					} else {
-						eventually(b, 30*time.Second, "split", func() error { return s.splitAt(b, 1355) })
+						return nil
+					})
+					if _, err := ap.Apply([]netwatch.Op{{Kind: netwatch.RuleAdd, Rule: floorRule}}); err != nil {
+						b.Fatal(err)
 					}
+					a := s.startBinEnv(b, ag.bin, ag.env, append(seedArgs, "--metrics-addr=")...)
+					eventually(b, 30*time.Second, "split", func() error { return s.splitAt(b, 1355) })
 					for range trials {
 						start := time.Now()
-						d, ok := restoreOnce(b, events, ap)
-						if !ok {
-							late++
-							if late > 3 {
-								break // this agent has given up repairing for a while
-							}
+						if d, ok := restoreOnce(b, events, ap, benchRule); ok {
+							lat = append(lat, d)
+						} else if late++; late > 3 {
+							break // this agent has given up repairing for a while
+						} else {
 							eventually(b, 5*time.Minute, "the rule back", func() error { return s.splitAt(b, 1355) })
-							continue
 						}
-						lat = append(lat, d)
+						time.Sleep(time.Until(start.Add(every / 2)))
+						if d, ok := restoreOnce(b, events, ap, floorRule); ok {
+							floor = append(floor, d)
+						} else if floorLate++; floorLate > 3 {
+							b.Fatalf("the floor repairer missed %d deletions:\n%s", floorLate, f.out.String())
+						} else if _, err := ap.Apply([]netwatch.Op{{Kind: netwatch.RuleAdd, Rule: floorRule}}); err != nil {
+							b.Fatal(err)
+						}
 						time.Sleep(time.Until(start.Add(every))) // the pace of the deletions
 					}
 					if code, _ := a.stop(b, syscall.SIGTERM); code != 0 {
 						b.Fatalf("agent exit %d", code)
 					}
-				}
-				q[ag.name] = reportLatencies(b, lat, late)
-				if f, ok := q["floor"]; ok && f[0] > 0 && f[1] > 0 {
-					for _, other := range agents[:len(agents)-1] {
-						a := q[other.name]
-						b.Logf("%s: p50 %v = %.1f× the floor's, p99 %v = %.1f× the floor's (%v)", other.name,
-							a[0], float64(a[0])/float64(f[0]), a[1], float64(a[1])/float64(f[1]), f[1])
+					f.stop(b, syscall.SIGTERM)
+					if _, err := ap.Apply([]netwatch.Op{{Kind: netwatch.RuleDelete, Rule: floorRule}}); err != nil {
+						b.Fatal(err)
 					}
+				}
+				q := reportLatencies(b, "", lat, late)
+				fq := reportLatencies(b, "floor-", floor, floorLate)
+				if fq[0] > 0 && fq[1] > 0 {
+					b.ReportMetric(float64(q[1])/float64(fq[1]), "p99/floor")
+					b.Logf("%s: p50 %v = %.1f× the floor's (%v), p99 %v = %.1f× the floor's (%v)", ag.name,
+						q[0], float64(q[0])/float64(fq[0]), fq[0], q[1], float64(q[1])/float64(fq[1]), fq[1])
 				}
 			})
 		}
@@ -128,30 +129,32 @@ func BenchmarkKernelRuleRestore(b *testing.B) {
 }
 
 // reportLatencies reports p50, p99 and max of lat in milliseconds and the
-// count of late ones, and returns p50 and p99.
-func reportLatencies(b *testing.B, lat []time.Duration, late int) [2]time.Duration {
+// count of late ones, each metric's name after prefix, and returns p50 and
+// p99.
+func reportLatencies(b *testing.B, prefix string, lat []time.Duration, late int) [2]time.Duration {
 	b.Helper()
-	b.ReportMetric(float64(late), "late")
+	b.ReportMetric(float64(late), prefix+"late")
 	b.ReportMetric(0, "ns/op")
 	if len(lat) == 0 {
-		b.Logf("nothing restored in time; %d late", late)
+		b.Logf("%snothing restored in time; %d late", prefix, late)
 		return [2]time.Duration{}
 	}
 	slices.Sort(lat)
 	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(float64(len(lat))*p))] }
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(q(0.50)), "p50-ms")
-	b.ReportMetric(ms(q(0.99)), "p99-ms")
-	b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
-	b.Logf("%d restored: p50 %v, p99 %v, max %v; %d late", len(lat), q(0.5), q(0.99), lat[len(lat)-1], late)
+	b.ReportMetric(ms(q(0.50)), prefix+"p50-ms")
+	b.ReportMetric(ms(q(0.99)), prefix+"p99-ms")
+	b.ReportMetric(ms(lat[len(lat)-1]), prefix+"max-ms")
+	b.Logf("%s%d restored: p50 %v, p99 %v, max %v; %d late", prefix, len(lat), q(0.5), q(0.99), lat[len(lat)-1], late)
 	return [2]time.Duration{q(0.5), q(0.99)}
 }
 
-// ruleEvent is an IPv4 rule notification at priority 900 and when it
-// arrived.
+// ruleEvent is an IPv4 rule notification of benchRule's or floorRule's
+// priority and when it arrived.
 type ruleEvent struct {
-	typ uint16 // RTM_NEWRULE or RTM_DELRULE
-	at  time.Time
+	typ  uint16 // RTM_NEWRULE or RTM_DELRULE
+	prio uint32
+	at   time.Time
 }
 
 // listenRules reads the namespace's IPv4 rule notifications on a socket of
@@ -168,8 +171,8 @@ func listenRules(b *testing.B, s *seed) <-chan ruleEvent {
 				return
 			}
 			for _, m := range msgs {
-				if rulePriority(m.Data) == 900 {
-					ch <- ruleEvent{uint16(m.Header.Type), time.Now()}
+				if p := rulePriority(m.Data); p == benchRule.Priority || p == floorRule.Priority {
+					ch <- ruleEvent{uint16(m.Header.Type), p, time.Now()}
 				}
 			}
 		}
@@ -182,15 +185,15 @@ func listenRules(b *testing.B, s *seed) <-chan ruleEvent {
 var benchRule = netwatch.Rule{Family: netwatch.IPv4, Priority: 900, Table: 900, Action: netwatch.ActionToTable,
 	Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 109}
 
-// restoreOnce deletes the rule at 900 and returns the time between the
-// notifications of its deletion and of its restoration, or false when it
-// was not restored within a second.
-func restoreOnce(b *testing.B, events <-chan ruleEvent, ap *netwatch.Applier) (time.Duration, bool) {
+// restoreOnce deletes rule and returns the time between the notifications
+// of its deletion and of its restoration, or false when it was not
+// restored within a second.
+func restoreOnce(b *testing.B, events <-chan ruleEvent, ap *netwatch.Applier, rule netwatch.Rule) (time.Duration, bool) {
 	b.Helper()
 	for len(events) > 0 {
 		<-events
 	}
-	if _, err := ap.Apply([]netwatch.Op{{Kind: netwatch.RuleDelete, Rule: benchRule}}); err != nil {
+	if _, err := ap.Apply([]netwatch.Op{{Kind: netwatch.RuleDelete, Rule: rule}}); err != nil {
 		b.Fatal(err)
 	}
 	timeout := time.NewTimer(time.Second)
@@ -200,6 +203,7 @@ func restoreOnce(b *testing.B, events <-chan ruleEvent, ap *netwatch.Applier) (t
 		select {
 		case ev := <-events:
 			switch {
+			case ev.prio != rule.Priority:
 			case ev.typ == unix.RTM_DELRULE && !restored.IsZero():
 				// The kernel announces a rule change after releasing the
 				// RTNL lock: a repairer that acts while the deletion is
@@ -414,7 +418,7 @@ func BenchmarkKernelUnderlayFlap(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(warnings), "warnings")
-			reportLatencies(b, lat, late)
+			reportLatencies(b, "", lat, late)
 		})
 	}
 }
