@@ -103,7 +103,10 @@
 // while the kernel fills the next. Ordinary routes are decoded straight
 // into pointer-free keys and values that the kernel dumps in order, so a
 // table fills by appending to a sorted array: about 40 bytes a route,
-// nothing for the garbage collector to scan (BenchmarkKernelInitialSync).
+// nothing for the garbage collector to scan. Past its first 4,096 routes a
+// table's array is mapped outside the Go heap, so that a large table
+// neither paces the collector nor shows in runtime.MemStats:
+// Stats.MappedBytes reports it (BenchmarkKernelInitialSync).
 //
 // # Reading the source
 //
@@ -119,5 +122,6 @@
 // examples/watch prints the cache as JSON lines (go run ./examples/watch
 // -json -once); they equal what `ip -j` reports for the same namespace, so
 // a divergence is a diff away. Watcher.Stats counts events by kind, resyncs
-// by cause and the duration of the last full sync.
+// by cause and the duration of the last full sync, and the memory the
+// routes hold outside the heap.
 package netwatch
