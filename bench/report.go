@@ -727,16 +727,19 @@ var movesTmpl = template.Must(template.New("moves").Parse(`## What would move th
   attributes per route (multipath, metrics, IPv6) move the floor and everyone with it.
 - **Decoding and allocation.** netwatch decodes each route straight into a compact key and value
   appended to a sorted array per table (the kernel dumps in the keys' order), allocating nothing per
-  route; vishvananda allocates net.IP/net.IPNet per route; rtnetlink keeps
+  route; past a table's first 4,096 routes the array's chunks are mapped outside the Go heap, so a
+  large table's growth sets off no collections during the dump (netwatch's heap columns add
+  Stats.MappedBytes, the memory so mapped); vishvananda allocates net.IP/net.IPNet per route; rtnetlink keeps
   net.IP slices and the raw message; ip formats JSON text. Allocation-heavy decoders pay in GC:
   a smaller GOGC lowers their peak RSS and raises their time, a larger one the opposite.
 - **What is read.** netwatch also dumps links, addresses and rules, and IPv6 routes; with
   Options.RouteTables it dumps only the tables it is asked for, which shrinks both time and memory
   for a caller that needs one or two tables out of a full BGP table.
 - **Syscalls per datagram.** netwatch reads a dump's datagrams whole (a peek at the length, then
-  one recvfrom into a reused 64 KiB buffer) and caches them on a second goroutine while the kernel
-  fills the next; events are read with one recvmsg each into a reused buffer (mdlayher/netlink's
-  Config.MessageBufferSize). The rtnetlink consumer here peeks first and allocates per datagram.
+  one recvfrom into one of up to 16 reused 64 KiB buffers) and hands them, eight at a time, to a
+  second goroutine that caches them while the kernel fills the next (a dump of one datagram is
+  cached in line); events are read with recvmmsg, up to 32 datagrams a call, into a mapped buffer.
+  The rtnetlink consumer here peeks first and allocates per datagram.
 - **Cores.** This machine has two: the writers, the kernel's work for them and the consumer share
   them, so the writers' rate is lower while a slow consumer competes for CPU, and a consumer's rate
   is capped by the writers'. More cores raise both.
@@ -747,6 +750,6 @@ var movesTmpl = template.Must(template.New("moves").Parse(`## What would move th
   would have a median near 2.5 s, at six times the processes spawned. The agent's repair latency is
   the kernel's event delivery, two goroutine wake-ups and one pass (re-derive, plan, apply); on a
   2-vCPU VM its slowest trials are the machine's (BenchmarkKernelRuleRestore runs a floor repairer
-  beside it), and in a fight the agent deliberately limits its repairs of the object to a bucket of
+  beside it, by turns), and in a fight the agent deliberately limits its repairs of the object to a bucket of
   20 refilled every 100 ms.
 `))
