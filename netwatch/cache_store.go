@@ -58,14 +58,15 @@ func (s *store[K, V]) mapped() int64 {
 	return int64(n)
 }
 
-func (m *chunkMem) free() {
-	for _, r := range m.regions {
+func (m *chunkMem) free() { unmapRegions(append(m.regions, m.spare)) }
+
+// unmapRegions returns mapped regions to the kernel, skipping nil ones
+// (heap chunks).
+func unmapRegions(rs [][]byte) {
+	for _, r := range rs {
 		if r != nil {
 			unmapChunk(r)
 		}
-	}
-	if m.spare != nil {
-		unmapChunk(m.spare)
 	}
 }
 
@@ -113,8 +114,11 @@ func (s *store[K, V]) search(k K) (int, bool) {
 // last reports whether k sorts after every key in the array.
 func (s *store[K, V]) last(k K) bool { return s.n == 0 || s.at(s.n-1).k.compare(k) < 0 }
 
-func (s *store[K, V]) isDead(i int) bool {
-	return i>>6 < len(s.dead) && s.dead[i>>6]&(1<<(i&63)) != 0
+func (s *store[K, V]) isDead(i int) bool { return bitSet(s.dead, i) }
+
+// bitSet reports whether bit i of bits is set; bits past the end are not.
+func bitSet(bits []uint64, i int) bool {
+	return i>>6 < len(bits) && bits[i>>6]&(1<<(i&63)) != 0
 }
 
 func (s *store[K, V]) get(k K) (V, bool) {
@@ -317,7 +321,7 @@ func (s *store[K, V]) compact() {
 	s.chunks, s.n, s.dead, s.ndead, s.added = nil, 0, nil, 0, nil
 	for ci, c := range chunks {
 		for j, e := range c {
-			if i := ci<<chunkBits | j; i>>6 < len(dead) && dead[i>>6]&(1<<(i&63)) != 0 {
+			if bitSet(dead, ci<<chunkBits|j) {
 				continue
 			}
 			for len(added) > 0 && added[0].k.compare(e.k) < 0 {
@@ -330,9 +334,5 @@ func (s *store[K, V]) compact() {
 	for _, e := range added {
 		s.push(e.k, e.v)
 	}
-	for _, r := range regions {
-		if r != nil {
-			unmapChunk(r)
-		}
-	}
+	unmapRegions(regions)
 }
