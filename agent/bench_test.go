@@ -352,27 +352,25 @@ func listenRoutes(b *testing.B, s *seed) <-chan routeEvent {
 }
 
 // envInt is an integer from the environment, or def.
-func envInt(b *testing.B, name string, def int) int {
-	if v := os.Getenv(name); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			b.Fatalf("%s: %v", name, err)
-		}
-		return n
-	}
-	return def
-}
+func envInt(b *testing.B, name string, def int) int { return envValue(b, name, def, strconv.Atoi) }
 
 // envDuration is the duration the environment variable name gives, or def.
 func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
-	if v := os.Getenv(name); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.Fatalf("%s: %v", name, err)
-		}
-		return d
+	return envValue(b, name, def, time.ParseDuration)
+}
+
+// envValue is the environment variable name parsed by parse, or def when
+// it is unset; a value parse refuses fails the benchmark.
+func envValue[T any](b *testing.B, name string, def T, parse func(string) (T, error)) T {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return def
+	x, err := parse(v)
+	if err != nil {
+		b.Fatalf("%s: %v", name, err)
+	}
+	return x
 }
 
 // fightWarnings counts the agent's fight warnings.
