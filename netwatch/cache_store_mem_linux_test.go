@@ -4,26 +4,42 @@ import (
 	"reflect"
 	"runtime"
 	"testing"
+	"time"
 	"unsafe"
 )
 
-// settledMapped collects garbage until the bytes mapped by stores stop
-// changing (the cleanups of stores that earlier tests dropped) and
-// returns them.
+// settledMapped collects garbage until the bytes mapped by stores have
+// not changed for a few collections (the cleanups of stores that earlier
+// tests dropped run on a goroutine of the runtime's, after a collection)
+// and returns them.
 func settledMapped(t *testing.T) int64 {
 	t.Helper()
-	last := int64(-1)
-	for range 100 {
+	last, same := int64(-1), 0
+	for range 1000 {
 		runtime.GC()
-		runtime.Gosched()
-		if n := mappedBytes.Load(); n == last {
+		time.Sleep(time.Millisecond)
+		if n := mappedBytes.Load(); n != last {
+			last, same = n, 0
+		} else if same++; same == 5 {
 			return n
-		} else {
-			last = n
 		}
 	}
 	t.Fatalf("mapped bytes never settled: %d", last)
 	return 0
+}
+
+// awaitMapped collects garbage until the bytes mapped by stores are want,
+// and fails the test if they are not within ten seconds.
+func awaitMapped(t *testing.T, want int64, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for mappedBytes.Load() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes still mapped %s", mappedBytes.Load()-want, what)
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // TestStoreChunksMapped checks that a store's full chunks are mapped
@@ -73,9 +89,7 @@ func TestStoreChunksMapped(t *testing.T) {
 		t.Fatal("a refilled store maps nothing")
 	}
 	s = nil
-	if got := settledMapped(t); got != base {
-		t.Fatalf("%d bytes still mapped after the store was dropped", got-base)
-	}
+	awaitMapped(t, base, "after the store was dropped")
 }
 
 // TestStoreEntriesHoldNoPointers guards the premise of mapping chunks
