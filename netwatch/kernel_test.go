@@ -1825,6 +1825,44 @@ func TestKernelLargeDatagram(t *testing.T) {
 	waitConverged(t, w, ns, 5*time.Second, fmt.Sprintf("a link message of %d bytes", longest))
 }
 
+// TestKernelReceiveNow: the dialed socket is non-blocking, so
+// ReceiveDatagram reads with raw syscalls (recvNow); with nothing queued
+// it still waits in the runtime's poller, until its deadline, rather than
+// block its thread (which would hang the test).
+func TestKernelReceiveNow(t *testing.T) {
+	ns := newTestNS(t)
+	c, err := ns.dialer().Dial(rtnl.DialConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !c.(*kernelConn).nonblock {
+		t.Fatal("the rtnetlink socket is blocking: ReceiveDatagram would not use recvNow")
+	}
+	if err := c.SetReadDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := c.ReceiveDatagram(make([]byte, dumpBufferSize)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("ReceiveDatagram on an idle socket: %d bytes, %v; want the deadline", len(d), err)
+	}
+	// And data that comes later is read.
+	if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	req, err := c.Send(netlink.Message{Header: netlink.Header{Type: unix.RTM_GETRULE, Flags: netlink.Request | netlink.Dump},
+		Data: dumpRequest(dumpOf{typ: unix.RTM_GETRULE, af: unix.AF_INET})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.ReceiveDatagram(make([]byte, dumpBufferSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end, _, err := scanDump(d, req.Header.Sequence); err != nil || !end {
+		t.Fatalf("the rules dump: end %v, %v; want its one datagram", end, err)
+	}
+}
+
 // TestKernelLargeTableChurn: after the dump of a 20,000-route table, a
 // mix of deletions and of new routes that sort between the dumped ones
 // (so that the store keeps them aside and merges them into its array) ends
