@@ -79,7 +79,7 @@ func run() int {
 	var routes, runs string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&routes, "routes", "10000,100000,1000000", "route table sizes, ascending")
-	fs.StringVar(&runs, "runs", "5,5,3", "runs per size for the initial sync; the last value repeats")
+	fs.StringVar(&runs, "runs", "5,5,5", "runs per size for the initial sync; the last value repeats")
 	fs.IntVar(&cfg.churnAt, "churn-at", 0, "table size at which event ingest is measured (default: the largest of -routes up to 100000)")
 	fs.IntVar(&cfg.perWriter, "churn-routes", 25000, "routes each writer adds and then deletes")
 	fs.IntVar(&cfg.writers, "writers", 2, "parallel churn writers")
