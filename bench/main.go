@@ -51,6 +51,7 @@ const childTimeout = 10 * time.Minute
 type config struct {
 	routes       []int
 	runs         []int
+	pairs        int
 	churnAt      int
 	perWriter    int
 	writers      int
@@ -80,6 +81,7 @@ func run() int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&routes, "routes", "10000,100000,1000000", "route table sizes, ascending")
 	fs.StringVar(&runs, "runs", "5,5,5", "runs per size for the initial sync; the last value repeats")
+	fs.IntVar(&cfg.pairs, "sync-pairs", 10, "more initial-sync rounds per size of the raw floor and netwatch alone, for netwatch's ratio to the floor")
 	fs.IntVar(&cfg.churnAt, "churn-at", 0, "table size at which event ingest is measured (default: the largest of -routes up to 100000)")
 	fs.IntVar(&cfg.perWriter, "churn-routes", 25000, "routes each writer adds and then deletes")
 	fs.IntVar(&cfg.writers, "writers", 2, "parallel churn writers")
@@ -129,7 +131,7 @@ func run() int {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if cfg.quick {
 		for name, v := range map[string]string{"routes": "10000", "runs": "1", "churn-routes": "5000", "churn-runs": "1",
-			"agent-trials": "5", "poll-trials": "2", "poll-interval": "2s"} {
+			"sync-pairs": "1", "agent-trials": "5", "poll-trials": "2", "poll-interval": "2s"} {
 			if !set[name] {
 				fs.Set(name, v)
 			}
@@ -142,6 +144,10 @@ func run() int {
 	}
 	if cfg.runs, err = intList(runs); err != nil || len(cfg.runs) == 0 || slices.Min(cfg.runs) < 1 {
 		fmt.Fprintf(os.Stderr, "bench: -runs %q: want positive counts\n", runs)
+		return 2
+	}
+	if cfg.pairs < 0 {
+		fmt.Fprintf(os.Stderr, "bench: -sync-pairs %d: want 0 or more\n", cfg.pairs)
 		return 2
 	}
 	if cfg.churnAt == 0 {
@@ -329,8 +335,9 @@ func load(s *nlSock, from, to, batch int, spec routeSpec) error {
 	return nil
 }
 
-// syncSize runs every contender g.Runs times, round-robin, each in a
-// fresh process in the namespace.
+// syncSize runs every contender g.Runs times, round-robin, and then the
+// raw floor and netwatch cfg.pairs more times, each in a fresh process in
+// the namespace.
 func syncSize(cfg *config, self string, t *topo, g *syncGroup) error {
 	byName := map[string]*syncRow{}
 	for _, c := range syncContenders {
@@ -341,9 +348,24 @@ func syncSize(cfg *config, self string, t *topo, g *syncGroup) error {
 	for i := range g.Rows {
 		byName[g.Rows[i].Contender] = &g.Rows[i]
 	}
-	for r := range g.Runs {
+	// The round-robin, then the floor and netwatch alone: their ratio
+	// is the headline, and a 2-vCPU VM's pace drifts within a minute.
+	rounds := make([][]string, 0, g.Runs+cfg.pairs)
+	for range g.Runs {
+		var all []string
 		for _, row := range g.Rows {
-			c := row.Contender
+			all = append(all, row.Contender)
+		}
+		rounds = append(rounds, all)
+	}
+	if byName["raw"] != nil && byName["netwatch"] != nil {
+		for range cfg.pairs {
+			rounds = append(rounds, []string{"raw", "netwatch"})
+		}
+		g.Pairs = cfg.pairs
+	}
+	for r, round := range rounds {
+		for _, c := range round {
 			ctx, cancel := context.WithTimeout(context.Background(), childTimeout)
 			cmd := t.node.command(ctx, self, "-child", "sync", "-contender", c, "-expect", strconv.Itoa(g.Total))
 			cmd.Stderr = os.Stderr

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -72,10 +73,35 @@ func TestWriteFakeReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := b.String()
-	for _, want := range []string{"## Initial sync", "| raw dump, no decoding (floor) | 1.0 ms |", "the subscription closed its channel in 1/1 runs",
+	for _, want := range []string{"## Initial sync", "| raw dump, no decoding (floor) | 1.0 ms |", "netwatch 2.0 ms (2.00× the raw dump floor", "the subscription closed its channel in 1/1 runs",
 		"off by 3 routes", "| shell loop polling every 30s | 1 | 15.0 s |", "sleep 30; done"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("no %q in\n%s", want, md)
 		}
+	}
+}
+
+// floorRatio pairs each run with the floor's of the same round: a slow
+// minute for both moves neither their ratio nor the median, where a ratio
+// of medians would mix rounds.
+func TestFloorRatio(t *testing.T) {
+	runs := func(c string, walls ...int64) syncRow {
+		r := syncRow{Contender: c}
+		for _, w := range walls {
+			r.Runs = append(r.Runs, syncResult{Contender: c, WallNS: w})
+		}
+		return r
+	}
+	g := syncGroup{Rows: []syncRow{runs("raw", 100, 300, 200, 100), runs("netwatch", 110, 330, 400, 110), runs("ip", 500, 900)}}
+	for _, tc := range []struct {
+		name string
+		want float64
+	}{{"netwatch", 1.1}, {"ip", 4}, {"rtnetlink", -1}} {
+		if got := g.floorRatio(tc.name); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("floorRatio(%s) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got := (syncGroup{Rows: []syncRow{runs("netwatch", 1)}}).floorRatio("netwatch"); got != -1 {
+		t.Errorf("floorRatio without a floor = %v, want -1", got)
 	}
 }
