@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/marksplit/marksplit/internal/nltest"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 )
 
 // The end-to-end tests build the binary once and run it in fresh network
@@ -74,12 +74,12 @@ func agentBinary(t testing.TB) string {
 // The address has no prefix route: the DHCP client's /16 via the gateway
 // is the node's route to its peers, as on cloud private networks.
 type seed struct {
-	ns, gw *nltest.NetNS
+	ns, gw *netwatchtest.NetNS
 }
 
 func newSeed(t testing.TB, lowered bool) *seed {
 	t.Helper()
-	s := &seed{ns: nltest.NewNetNS(t), gw: nltest.NewNetNS(t)}
+	s := &seed{ns: netwatchtest.NewNetNS(t), gw: netwatchtest.NewNetNS(t)}
 	s.ns.LoUp(t)
 	s.gw.LoUp(t)
 	s.ns.AddVeth(t, "enp7s0", s.gw, "gw0")
@@ -232,7 +232,7 @@ func (s *seed) commandEnv(t *testing.T, env []string, args ...string) (stdout, s
 // agentProc is `marksplit run` in the background.
 type agentProc struct {
 	cmd  *exec.Cmd
-	out  *nltest.SyncBuffer
+	out  *netwatchtest.SyncBuffer
 	done chan struct{}
 	err  error
 }
@@ -254,7 +254,7 @@ func (s *seed) startBin(t testing.TB, bin string, args ...string) *agentProc {
 func (s *seed) startBinEnv(t testing.TB, bin string, env []string, args ...string) *agentProc {
 	t.Helper()
 	args = append(append([]string{"--net=" + s.ns.Path(), bin, "run"}, args...), "--log-format=json")
-	a := &agentProc{cmd: exec.Command("nsenter", args...), out: new(nltest.SyncBuffer), done: make(chan struct{})}
+	a := &agentProc{cmd: exec.Command("nsenter", args...), out: new(netwatchtest.SyncBuffer), done: make(chan struct{})}
 	a.cmd.Env = env
 	a.cmd.Stdout, a.cmd.Stderr = a.out, a.out
 	if err := a.cmd.Start(); err != nil {

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/marksplit/marksplit/internal/nltest"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 	"golang.org/x/sys/unix"
@@ -25,15 +25,15 @@ import (
 // seedKernel is the seed topology on the fake kernel: enp7s0 (MTU 1450,
 // 10.0.0.5/16, the gateway 10.0.0.1 on link), the old approach's
 // 10.0.0.0/16 via 10.0.0.1 lowered to 1355, cilium_wg0 at 1355.
-func seedKernel(t *testing.T) (*nltest.Kernel, uint32, uint32) {
+func seedKernel(t *testing.T) (*netwatchtest.Kernel, uint32, uint32) {
 	t.Helper()
-	k := nltest.New()
+	k := netwatchtest.New()
 	t.Cleanup(func() { k.Close() })
 	enp := k.AddLink("enp7s0", "veth", 1450, true)
 	must(t, k.AddAddr(enp, netip.MustParsePrefix("10.0.0.5/16")))
-	must(t, k.AddRoute(nltest.Route{Dst: netip.MustParsePrefix("10.0.0.1/32"), Index: enp, Protocol: unix.RTPROT_DHCP,
+	must(t, k.AddRoute(netwatchtest.Route{Dst: netip.MustParsePrefix("10.0.0.1/32"), Index: enp, Protocol: unix.RTPROT_DHCP,
 		Scope: unix.RT_SCOPE_LINK, PrefSrc: netip.MustParseAddr("10.0.0.5")}))
-	must(t, k.AddRoute(nltest.Route{Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
+	must(t, k.AddRoute(netwatchtest.Route{Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
 		Index: enp, Protocol: unix.RTPROT_DHCP, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355}))
 	wg := k.AddLink("cilium_wg0", "tun", 1355, true)
 	return k, enp, wg
@@ -54,12 +54,12 @@ var seedLines = []string{
 	"dhcp route 10.0.0.0/16 mtu 1450 (was 1355)",
 }
 
-var splitRule = nltest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 109}
+var splitRule = netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 109}
 
 // harness runs the agent's loop on a fake kernel and records what it says.
 type harness struct {
 	t      *testing.T
-	k      *nltest.Kernel
+	k      *netwatchtest.Kernel
 	l      *loop
 	w      *netwatch.Watcher
 	met    *metrics
@@ -70,7 +70,7 @@ type harness struct {
 	logs  bytes.Buffer
 }
 
-func newHarness(t *testing.T, k *nltest.Kernel) *harness { return newHarnessCfg(t, k, seedConfig()) }
+func newHarness(t *testing.T, k *netwatchtest.Kernel) *harness { return newHarnessCfg(t, k, seedConfig()) }
 
 func seedConfig() mtupolicy.Config {
 	cfg := mtupolicy.DefaultConfig()
@@ -78,7 +78,7 @@ func seedConfig() mtupolicy.Config {
 	return cfg
 }
 
-func newHarnessCfg(t *testing.T, k *nltest.Kernel, cfg mtupolicy.Config) *harness {
+func newHarnessCfg(t *testing.T, k *netwatchtest.Kernel, cfg mtupolicy.Config) *harness {
 	t.Helper()
 	h := &harness{t: t, k: k, passes: make(chan netwatch.Pass, 1000)}
 	log := slog.New(slog.NewTextHandler(lockedWriter{&h.mu, &h.logs}, nil))
@@ -314,7 +314,7 @@ func TestLoopRetriesFailures(t *testing.T) {
 	if got := metricValue(t, h.met, "marksplit_failed_operations_total", "rule-add"); got != 1 {
 		t.Errorf("failed rule-adds = %v, want 1", got)
 	}
-	if !strings.Contains(h.log(), `msg="netwatch: reconcile pass failed; retrying" change="rule 900: not fwmark 0xe00/0xf00 lookup 900" op=rule-add err="operation not permitted (kernel: nltest: injected fault)"`) {
+	if !strings.Contains(h.log(), `msg="netwatch: reconcile pass failed; retrying" change="rule 900: not fwmark 0xe00/0xf00 lookup 900" op=rule-add err="operation not permitted (kernel: netwatchtest: injected fault)"`) {
 		t.Errorf("the failure is not logged:\n%s", h.log())
 	}
 }
@@ -331,7 +331,7 @@ func TestLoopFight(t *testing.T) {
 	prog, err := k.DialProgram()
 	must(t, err)
 	defer prog.Close()
-	del := nltest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}
+	del := netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}
 	start := time.Now()
 	for time.Since(start) < time.Second {
 		if err := prog.DelRule(del); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -345,7 +345,7 @@ func TestLoopFight(t *testing.T) {
 		t.Fatalf("marksplit_fight_in_progress{rule 900} = %v after a second of deletions, want 1; log:\n%s", got, h.log())
 	}
 	// The program stops: the rule is back and the fight ends.
-	if !nltest.Poll(func() bool {
+	if !netwatchtest.Poll(func() bool {
 		return h.rules900() == 1 && metricValue(t, h.met, "marksplit_fight_in_progress", "rule 900") == 0
 	}) {
 		t.Fatalf("after the fight: %d rules at 900, fight in progress %v", h.rules900(), metricValue(t, h.met, "marksplit_fight_in_progress", "rule 900"))
@@ -375,13 +375,13 @@ func TestLoopFlapsAreNoFight(t *testing.T) {
 		must(t, k.SetLinkUp(enp, false))
 		must(t, k.SetLinkUp(enp, true))
 		// The DHCP client puts its routes back, lowered as before.
-		for _, r := range []nltest.Route{
+		for _, r := range []netwatchtest.Route{
 			{Dst: netip.MustParsePrefix("10.0.0.1/32"), Index: enp, Protocol: unix.RTPROT_DHCP, Scope: unix.RT_SCOPE_LINK, PrefSrc: netip.MustParseAddr("10.0.0.5")},
 			{Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: enp, Protocol: unix.RTPROT_DHCP, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355},
 		} {
 			must(t, dhcp.AddRoute(r))
 		}
-		if !nltest.Poll(func() bool { return h.split() == nil }) {
+		if !netwatchtest.Poll(func() bool { return h.split() == nil }) {
 			t.Fatalf("bounce %d: not split again: %v", i, h.split())
 		}
 	}
@@ -472,7 +472,7 @@ func TestLoopPeriodicResync(t *testing.T) {
 func TestLoopIPv6(t *testing.T) {
 	k, enp, _ := seedKernel(t)
 	must(t, k.AddAddr(enp, netip.MustParsePrefix("fd00::5/64")))
-	must(t, k.AddRoute(nltest.Route{Dst: netip.MustParsePrefix("fd00:1::/48"), Gateway: netip.MustParseAddr("fd00::1"),
+	must(t, k.AddRoute(netwatchtest.Route{Dst: netip.MustParsePrefix("fd00:1::/48"), Gateway: netip.MustParseAddr("fd00::1"),
 		Index: enp, Protocol: unix.RTPROT_STATIC}))
 	h := newHarnessCfg(t, k, mtupolicy.Config{TunnelLink: "cilium_wg0", Mark: 0xe00, Mask: 0xf00, Table: 900,
 		Priority: 900, Protocol: 109, Repair: true,
@@ -497,7 +497,7 @@ func TestLoopTunnelBelowIPv6Minimum(t *testing.T) {
 	k, enp, wg := seedKernel(t)
 	must(t, k.SetLinkMTU(wg, 1200))
 	must(t, k.AddAddr(enp, netip.MustParsePrefix("fd00::5/64")))
-	must(t, k.AddRoute(nltest.Route{Dst: netip.MustParsePrefix("fd00:1::/48"), Gateway: netip.MustParseAddr("fd00::1"),
+	must(t, k.AddRoute(netwatchtest.Route{Dst: netip.MustParsePrefix("fd00:1::/48"), Gateway: netip.MustParseAddr("fd00::1"),
 		Index: enp, Protocol: unix.RTPROT_STATIC}))
 	cfg := seedConfig()
 	cfg.Prefixes = append(cfg.Prefixes, netip.MustParsePrefix("fd00::/16"))

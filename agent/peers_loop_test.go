@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/marksplit/marksplit/internal/ciliumnode/apitest"
-	"github.com/marksplit/marksplit/internal/nltest"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 	"golang.org/x/sys/unix"
@@ -106,7 +106,7 @@ func TestLoopPeers(t *testing.T) {
 func TestLoopPeersOffWithoutList(t *testing.T) {
 	k, enp, _ := seedKernel(t)
 	// Left by an agent that ran before.
-	must(t, k.AddRoute(nltest.Route{Table: 900, Dst: netip.MustParsePrefix("10.0.0.9/32"), Gateway: netip.MustParseAddr("10.0.0.1"),
+	must(t, k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.0.0.9/32"), Gateway: netip.MustParseAddr("10.0.0.1"),
 		Index: enp, MTU: 1355, Protocol: 109}))
 	h := newHarnessCfg(t, k, peersConfig())
 	h.start()

@@ -11,18 +11,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/marksplit/marksplit/internal/nltest"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 )
 
-// The cases of issue 3 on internal/nltest's fake kernel, with the same
+// The cases of issue 3 on netwatch/netwatchtest's fake kernel, with the same
 // livePass as the real-namespace tests (kernel_linux_test.go).
 
 // fseed is the seed topology in the fake kernel: enp7s0 (MTU 1450,
 // 10.0.0.5/16), the DHCP client's routes, cilium_wg0 (tun, MTU 1355).
 type fseed struct {
-	k        *nltest.Kernel
+	k        *netwatchtest.Kernel
 	eth, tun uint32
 	opts     netwatch.Options // the fake's dialer
 	w        *netwatch.Watcher
@@ -36,7 +36,7 @@ type fseed struct {
 func (s *fseed) sync(t *testing.T) {
 	t.Helper()
 	s.marks++
-	if err := s.k.AddRule(nltest.Rule{Family: unix.AF_INET, Priority: markerPriority, Table: markerTable + s.marks}); err != nil {
+	if err := s.k.AddRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: markerPriority, Table: markerTable + s.marks}); err != nil {
 		t.Fatal(err)
 	}
 	waitMarker(t, s.w, markerTable+s.marks)
@@ -46,7 +46,7 @@ const protoDHCP = 16 // RTPROT_DHCP
 
 func newFSeed(t *testing.T, lowered bool) *fseed {
 	t.Helper()
-	s := &fseed{k: nltest.New()}
+	s := &fseed{k: netwatchtest.New()}
 	t.Cleanup(func() { s.k.Close() })
 	s.eth = s.k.AddLink("enp7s0", "veth", 1450, true)
 	if err := s.k.AddAddr(s.eth, pfx("10.0.0.5/16")); err != nil {
@@ -69,7 +69,7 @@ func (s *fseed) dhcp(t *testing.T, lowered bool) {
 	if lowered {
 		mtu = 1355
 	}
-	for _, r := range []nltest.Route{
+	for _, r := range []netwatchtest.Route{
 		{Dst: pfx("10.0.0.1/32"), Index: s.eth, PrefSrc: addr("10.0.0.5"), Protocol: protoDHCP, Scope: unix.RT_SCOPE_LINK},
 		{Dst: pfx("10.0.0.0/16"), Gateway: addr("10.0.0.1"), Index: s.eth, PrefSrc: addr("10.0.0.5"), Protocol: protoDHCP, MTU: mtu},
 	} {
@@ -115,14 +115,14 @@ func (s *fseed) unsplit(t *testing.T) {
 }
 
 // rules900 returns the fake's rules of family at 900.
-func (s *fseed) rules900(family uint8) []nltest.Rule {
-	return slices.DeleteFunc(s.k.Rules(), func(r nltest.Rule) bool { return r.Family != family || r.Priority != s.cfg.Priority })
+func (s *fseed) rules900(family uint8) []netwatchtest.Rule {
+	return slices.DeleteFunc(s.k.Rules(), func(r netwatchtest.Rule) bool { return r.Family != family || r.Priority != s.cfg.Priority })
 }
 
 func (s *fseed) checkOurRuleOnly(t *testing.T, family uint8) {
 	t.Helper()
 	rs := s.rules900(family)
-	want := nltest.Rule{Family: family, Priority: 900, Table: 900, Action: unix.FR_ACT_TO_TBL, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: uint8(s.cfg.Protocol)}
+	want := netwatchtest.Rule{Family: family, Priority: 900, Table: 900, Action: unix.FR_ACT_TO_TBL, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: uint8(s.cfg.Protocol)}
 	if len(rs) != 1 || rs[0] != want {
 		t.Errorf("rules at 900 (family %d): %v, want exactly %v", family, rs, want)
 	}
@@ -131,7 +131,7 @@ func (s *fseed) checkOurRuleOnly(t *testing.T, family uint8) {
 // mutations counts the route and rule changes asked of the fake kernel,
 // refused or not: the edits an Applier makes. (The watcher's own barrier,
 // an RTM_DELADDR the kernel refuses, is not one.)
-func mutations(k *nltest.Kernel) int {
+func mutations(k *netwatchtest.Kernel) int {
 	n := 0
 	for _, r := range k.Requests() {
 		switch r.Type {
@@ -175,7 +175,7 @@ func TestFakeCase03RepairOnce(t *testing.T) {
 	if n := len(slices.DeleteFunc(slices.Clone(ops), func(o netwatch.Op) bool { return !o.Repair })); n != 1 {
 		t.Errorf("first pass: %d repairs, want 1:\n%s", n, opsString(ops))
 	}
-	i := slices.IndexFunc(s.k.Routes(), func(r nltest.Route) bool { return r.Table == unix.RT_TABLE_MAIN && r.Dst == pfx("10.0.0.0/16") })
+	i := slices.IndexFunc(s.k.Routes(), func(r netwatchtest.Route) bool { return r.Table == unix.RT_TABLE_MAIN && r.Dst == pfx("10.0.0.0/16") })
 	if i < 0 || s.k.Routes()[i].MTU != 0 {
 		t.Errorf("main route not repaired (it keeps an MTU of its own): %+v", s.k.Routes())
 	}
@@ -218,7 +218,7 @@ func TestFakeCase06ModeUnknown(t *testing.T) {
 	if err := s.k.SetLinkMTU(s.tun, 1420); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.k.AddRule(nltest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xd00, Mask: 0xf00}); err != nil {
+	if err := s.k.AddRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xd00, Mask: 0xf00}); err != nil {
 		t.Fatal(err)
 	}
 	s.k.ResetRequests()
@@ -269,7 +269,7 @@ func TestFakeCase08TunnelGone(t *testing.T) {
 func TestFakeCase09StrayRules(t *testing.T) {
 	t.Run("strays", func(t *testing.T) {
 		s := newFSeed(t, true)
-		for _, r := range []nltest.Rule{
+		for _, r := range []netwatchtest.Rule{
 			{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00},
 			{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xd00, Mask: 0xf00},
 			{Family: unix.AF_INET, Priority: 900, Table: 901, Invert: true, Mark: 0xe00, Mask: 0xf00},
@@ -363,12 +363,12 @@ func TestFakeCase10StaleTableRoutes(t *testing.T) {
 	if len(ops) != 1 || ops[0].Kind != netwatch.RouteDelete || ops[0].Route.Dst != pfx("10.0.0.0/16") {
 		t.Errorf("prefix no longer selected: want its table route dropped:\n%s", opsString(ops))
 	}
-	if slices.ContainsFunc(s.k.Routes(), func(r nltest.Route) bool { return r.Table == 900 && r.Dst == pfx("10.0.0.0/16") }) {
+	if slices.ContainsFunc(s.k.Routes(), func(r netwatchtest.Route) bool { return r.Table == 900 && r.Dst == pfx("10.0.0.0/16") }) {
 		t.Errorf("table route 10.0.0.0/16 kept: %+v", s.k.Routes())
 	}
 
 	s.pass(t, mtupolicy.ModeOn)
-	if err := s.k.ReplaceRoute(nltest.Route{Dst: pfx("10.0.0.0/16"), Gateway: addr("10.0.0.2"), Index: s.eth, PrefSrc: addr("10.0.0.5"), Protocol: protoDHCP, MTU: 1450}); err != nil {
+	if err := s.k.ReplaceRoute(netwatchtest.Route{Dst: pfx("10.0.0.0/16"), Gateway: addr("10.0.0.2"), Index: s.eth, PrefSrc: addr("10.0.0.5"), Protocol: protoDHCP, MTU: 1450}); err != nil {
 		t.Fatal(err)
 	}
 	ops = s.pass(t, mtupolicy.ModeOn)
@@ -377,21 +377,21 @@ func TestFakeCase10StaleTableRoutes(t *testing.T) {
 	}) {
 		t.Errorf("gateway changed: table route not replaced:\n%s", opsString(ops))
 	}
-	i := slices.IndexFunc(s.k.Routes(), func(r nltest.Route) bool { return r.Table == 900 && r.Dst == pfx("10.0.0.0/16") })
+	i := slices.IndexFunc(s.k.Routes(), func(r netwatchtest.Route) bool { return r.Table == 900 && r.Dst == pfx("10.0.0.0/16") })
 	if i < 0 || s.k.Routes()[i].Gateway != addr("10.0.0.2") || s.k.Routes()[i].MTU != 1420 {
 		t.Errorf("table 900 after the gateway change: %+v", s.k.Routes())
 	}
 }
 
 func TestFakeCase11NotSynced(t *testing.T) {
-	k := nltest.New()
+	k := netwatchtest.New()
 	t.Cleanup(func() { k.Close() })
 	eth := k.AddLink("enp7s0", "veth", 1450, true)
 	k.AddLink("cilium_wg0", "tun", 1355, true)
 	if err := k.AddAddr(eth, pfx("10.0.0.5/16")); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.AddRoute(nltest.Route{Dst: pfx("10.0.0.0/16"), Gateway: addr("10.0.0.1"), Index: eth, MTU: 1355}); err != nil {
+	if err := k.AddRoute(netwatchtest.Route{Dst: pfx("10.0.0.0/16"), Gateway: addr("10.0.0.1"), Index: eth, MTU: 1355}); err != nil {
 		t.Fatal(err)
 	}
 	k.FailAll(unix.RTM_GETROUTE, unix.EIO)
@@ -433,10 +433,10 @@ func TestFakeCase11NotSynced(t *testing.T) {
 	if n := mutations(k); n != 0 {
 		t.Errorf("%d changes sent while the listing fails", n)
 	}
-	if rs := k.Rules(); slices.ContainsFunc(rs, func(r nltest.Rule) bool { return r.Priority == 900 }) {
+	if rs := k.Rules(); slices.ContainsFunc(rs, func(r netwatchtest.Rule) bool { return r.Priority == 900 }) {
 		t.Errorf("rule installed: %v", rs)
 	}
-	i := slices.IndexFunc(k.Routes(), func(r nltest.Route) bool { return r.Dst == pfx("10.0.0.0/16") && r.Table == unix.RT_TABLE_MAIN })
+	i := slices.IndexFunc(k.Routes(), func(r netwatchtest.Route) bool { return r.Dst == pfx("10.0.0.0/16") && r.Table == unix.RT_TABLE_MAIN })
 	if i < 0 || k.Routes()[i].MTU != 1355 {
 		t.Errorf("main route repaired while the listing fails: %+v", k.Routes())
 	}
@@ -464,7 +464,7 @@ func TestFakeCase13Families(t *testing.T) {
 	if err := s.k.AddAddr(s.eth, pfx("fd00::5/64")); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []nltest.Route{
+	for _, r := range []netwatchtest.Route{
 		{Dst: pfx("fd00::1/128"), Index: s.eth, Protocol: protoDHCP},
 		{Dst: pfx("fd00::/64"), Gateway: addr("fd00::1"), Index: s.eth, Protocol: protoDHCP, MTU: 1355},
 	} {
@@ -487,7 +487,7 @@ func TestFakeCase13Families(t *testing.T) {
 		mtu     uint32
 		prefSrc netip.Addr
 	}{{900, 1355, addr("fd00::5")}, {unix.RT_TABLE_MAIN, 0, netip.Addr{}}} {
-		if !slices.ContainsFunc(s.k.Routes(), func(r nltest.Route) bool {
+		if !slices.ContainsFunc(s.k.Routes(), func(r netwatchtest.Route) bool {
 			return r.Table == want.table && r.Dst == pfx("fd00::/64") && r.Gateway == addr("fd00::1") && r.Index == s.eth && r.MTU == want.mtu && r.PrefSrc == want.prefSrc
 		}) {
 			t.Errorf("no route fd00::/64 via fd00::1 table %d mtu %d (0: none) src %v in the fake kernel: %v", want.table, want.mtu, want.prefSrc, s.k.Routes())

@@ -16,14 +16,14 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/marksplit/marksplit/internal/nltest"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 )
 
 // The cases of issue 3 in a real network namespace: a Watcher and an
 // Applier on the namespace, one pass at a time (livePass), checked with
-// ip(8). fake_linux_test.go runs the same cases on internal/nltest's fake
+// ip(8). fake_linux_test.go runs the same cases on netwatch/netwatchtest's fake
 // kernel.
 
 // livePass is one pass of the agent: read the view, mtupolicy.Desired,
@@ -134,7 +134,7 @@ func dialApplier(t *testing.T, opts netwatch.Options) *netwatch.Applier {
 // openNetNS opens ns for netwatch.Options; it is closed when the test
 // ends, after the watcher and applier opened with it (cleanups run last
 // registered first).
-func openNetNS(t *testing.T, ns *nltest.NetNS) *netwatch.NetNS {
+func openNetNS(t *testing.T, ns *netwatchtest.NetNS) *netwatch.NetNS {
 	t.Helper()
 	n, err := netwatch.OpenNetNS(ns.Path())
 	if err != nil {
@@ -201,7 +201,7 @@ func ruleMsg(family uint8, prio, table uint32, invert bool, mark, mask uint32, p
 // kseed is the team's seed topology (agent/kernel_test.go) with a watcher
 // and an applier on the node namespace.
 type kseed struct {
-	ns, gw *nltest.NetNS
+	ns, gw *netwatchtest.NetNS
 	opts   netwatch.Options // the node namespace
 	w      *netwatch.Watcher
 	a      *netwatch.Applier
@@ -260,8 +260,8 @@ func waitMarker(t *testing.T, w *netwatch.Watcher, table uint32) {
 
 func newKSeed(t *testing.T, lowered bool) *kseed {
 	t.Helper()
-	nltest.RequireKernel(t)
-	s := &kseed{ns: nltest.NewNetNS(t), gw: nltest.NewNetNS(t)}
+	netwatchtest.RequireKernel(t)
+	s := &kseed{ns: netwatchtest.NewNetNS(t), gw: netwatchtest.NewNetNS(t)}
 	s.ns.LoUp(t)
 	s.gw.LoUp(t)
 	s.ns.AddVeth(t, "enp7s0", s.gw, "gw0")
@@ -590,8 +590,8 @@ func TestKernelCase10StaleTableRoutes(t *testing.T) {
 }
 
 func TestKernelCase11NotSynced(t *testing.T) {
-	nltest.RequireKernel(t)
-	t.Skip("a real kernel cannot be made to fail a listing on demand; TestFakeCase11NotSynced covers it with nltest's FailAll")
+	netwatchtest.RequireKernel(t)
+	t.Skip("a real kernel cannot be made to fail a listing on demand; TestFakeCase11NotSynced covers it with netwatchtest's FailAll")
 }
 
 func TestKernelCase12KernelFlags(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/marksplit/marksplit/internal/rtnl"
+	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/marksplit/marksplit/internal/rtnl"
+	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 )
 
 // TestJournal: the journal keeps the last 2048 changes (as View.Changes

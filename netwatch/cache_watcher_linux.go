@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/marksplit/marksplit/internal/rtnl"
+	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -60,7 +60,7 @@ type Options struct {
 	RetryMin, RetryMax time.Duration
 	// Dialer, when not nil, opens the sockets instead of the kernel: the
 	// seam through which this module's tests run netwatch on
-	// internal/nltest's fake kernel. Programs leave it nil.
+	// netwatch/netwatchtest's fake kernel. Programs leave it nil.
 	Dialer rtnl.Dialer
 }
 

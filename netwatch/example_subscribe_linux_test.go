@@ -8,7 +8,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/marksplit/marksplit/internal/nltest"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/netwatch"
 	"golang.org/x/sys/unix"
 )
@@ -49,13 +49,13 @@ func printChanges(sub *netwatch.Subscription, names map[uint32]string, n int) er
 }
 
 // A consumer of every change, with its origin. Here the watcher runs on
-// internal/nltest's fake kernel, so that the example's changes are the
+// netwatch/netwatchtest's fake kernel, so that the example's changes are the
 // same on every machine; a program leaves Options.Dialer nil. Another
 // program adds a route; then the link goes down: the kernel announces
 // the link, flushes the link's IPv4 routes without a word, and the
 // watcher's re-dump reports the route gone, as its finding.
 func ExampleWatcher_Subscribe() {
-	k := nltest.New()
+	k := netwatchtest.New()
 	defer k.Close()
 	eth0 := k.AddLink("eth0", "veth", 1500, true)
 	if err := k.AddAddr(eth0, netip.MustParsePrefix("192.0.2.10/24")); err != nil {
@@ -81,7 +81,7 @@ func ExampleWatcher_Subscribe() {
 		return
 	}
 	defer prog.Close()
-	if err := prog.AddRoute(nltest.Route{Table: 900, Dst: netip.MustParsePrefix("198.51.100.0/24"),
+	if err := prog.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("198.51.100.0/24"),
 		Gateway: netip.MustParseAddr("192.0.2.1"), Index: eth0, Protocol: unix.RTPROT_STATIC}); err != nil {
 		fmt.Println(err)
 		return

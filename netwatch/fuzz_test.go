@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/jsimonetti/rtnetlink/v2"
-	"github.com/marksplit/marksplit/internal/rtnl"
+	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )

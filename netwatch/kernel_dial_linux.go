@@ -8,7 +8,7 @@ import (
 	"os"
 	"unsafe"
 
-	"github.com/marksplit/marksplit/internal/rtnl"
+	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )

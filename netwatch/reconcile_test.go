@@ -16,11 +16,11 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
-	"github.com/marksplit/marksplit/internal/nltest"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"golang.org/x/sys/unix"
 )
 
-// Reconciler tests on internal/nltest's fake kernel (fakeHost): a policy
+// Reconciler tests on netwatch/netwatchtest's fake kernel (fakeHost): a policy
 // that keeps table 900 at the tunnel link's MTU, as the agent does.
 
 // tunnelPolicy wants, in table 900, 10.0.0.0/16 and 10.1.0.0/16 via
@@ -88,7 +88,7 @@ type passResult struct {
 // startReconciler starts r on a watcher of k and an applier, with a
 // recording logger and OnPass reporting on the returned channel. Run must
 // return nil within a second of the test's end.
-func startReconciler(t *testing.T, k *nltest.Kernel, r *Reconciler) (<-chan passResult, *logRecorder) {
+func startReconciler(t *testing.T, k *netwatchtest.Kernel, r *Reconciler) (<-chan passResult, *logRecorder) {
 	t.Helper()
 	w, _ := startFake(t, k, Options{})
 	a, err := DialApplier(Options{Dialer: &fakeDialer{k: k}})
@@ -142,7 +142,7 @@ func nextPass(t *testing.T, passes <-chan passResult, what string) passResult {
 }
 
 // describeAll describes ops with the fake kernel's link names.
-func describeAll(k *nltest.Kernel, ops []Op) []string {
+func describeAll(k *netwatchtest.Kernel, ops []Op) []string {
 	links := func(index uint32) (Link, bool) {
 		for _, l := range k.Links() {
 			if l.Index == index {
@@ -181,7 +181,7 @@ func TestReconcilerConverges(t *testing.T) {
 			"INFO table 900: 10.1.0.0/16 via 10.0.0.1 dev eth0 src 10.0.0.5 mtu 1300 (was 1355)",
 		}},
 		{"someone deletes the rule", func() error {
-			return k.DelRule(nltest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77})
+			return k.DelRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77})
 		}, []string{
 			"INFO rule 900: not fwmark 0xe00/0xf00 lookup 900",
 		}},
@@ -251,7 +251,7 @@ func TestReconcilerRetries(t *testing.T) {
 	if warns != 1 {
 		t.Errorf("%d failure lines, want 1", warns)
 	}
-	if rt := slices.IndexFunc(k.Routes(), func(r nltest.Route) bool {
+	if rt := slices.IndexFunc(k.Routes(), func(r netwatchtest.Route) bool {
 		return r.Table == 900 && r.Dst == netip.MustParsePrefix("10.1.0.0/16")
 	}); rt < 0 {
 		t.Errorf("10.1.0.0/16 is not in table 900 after the retry: %v", k.Routes())
@@ -334,7 +334,7 @@ func TestReconcilerIncomplete(t *testing.T) {
 
 // hotDeleter deletes rule as fast as it can from another program's socket
 // until stop is closed, and counts its successful deletions.
-func hotDeleter(t *testing.T, k *nltest.Kernel, rule nltest.Rule, stop <-chan struct{}) <-chan int {
+func hotDeleter(t *testing.T, k *netwatchtest.Kernel, rule netwatchtest.Rule, stop <-chan struct{}) <-chan int {
 	t.Helper()
 	prog := newProgram(t, k)
 	n := make(chan int, 1)
@@ -375,7 +375,7 @@ func TestReconcilerFight(t *testing.T) {
 
 	stop := make(chan struct{})
 	start := time.Now()
-	deleted := hotDeleter(t, k, nltest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}, stop)
+	deleted := hotDeleter(t, k, netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}, stop)
 	// Let it fight for 40 repair intervals.
 	deadline := time.After(5 * time.Second)
 	repairs := 0
@@ -428,7 +428,7 @@ func TestReconcilerKernelFlushIsNoFight(t *testing.T) {
 	var fights atomic.Int32
 	r := &Reconciler{Policy: tunnelPolicy(eth), OnFight: func(Fight) { fights.Add(1) }}
 	_, rec := startReconciler(t, k, r)
-	route := nltest.Route{Table: 900, Dst: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
+	route := netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
 		Index: eth, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355, Protocol: 77}
 	for i := range 10 {
 		waitRoute(t, k, route, fmt.Sprintf("flap %d", i))
@@ -449,9 +449,9 @@ func TestReconcilerKernelFlushIsNoFight(t *testing.T) {
 	}
 }
 
-func waitRule(t *testing.T, k *nltest.Kernel, r Rule, what string) {
+func waitRule(t *testing.T, k *netwatchtest.Kernel, r Rule, what string) {
 	t.Helper()
-	if !nltest.Poll(func() bool {
+	if !netwatchtest.Poll(func() bool {
 		for _, kr := range k.Rules() {
 			if kr.Family == unix.AF_INET && kr.Priority == r.Priority && kr.Table == uint32(r.Table) && kr.Invert == r.Invert {
 				return true
@@ -463,10 +463,10 @@ func waitRule(t *testing.T, k *nltest.Kernel, r Rule, what string) {
 	}
 }
 
-func waitRoute(t *testing.T, k *nltest.Kernel, r nltest.Route, what string) {
+func waitRoute(t *testing.T, k *netwatchtest.Kernel, r netwatchtest.Route, what string) {
 	t.Helper()
-	if !nltest.Poll(func() bool {
-		return slices.ContainsFunc(k.Routes(), func(kr nltest.Route) bool {
+	if !netwatchtest.Poll(func() bool {
+		return slices.ContainsFunc(k.Routes(), func(kr netwatchtest.Route) bool {
 			return kr.Table == r.Table && kr.Dst == r.Dst && kr.MTU == r.MTU && kr.Index == r.Index
 		})
 	}) {
@@ -476,7 +476,7 @@ func waitRoute(t *testing.T, k *nltest.Kernel, r nltest.Route, what string) {
 
 func waitFights(t *testing.T, mu *sync.Mutex, fights *[]Fight, n int) {
 	t.Helper()
-	if !nltest.Poll(func() bool { mu.Lock(); defer mu.Unlock(); return len(*fights) >= n }) {
+	if !netwatchtest.Poll(func() bool { mu.Lock(); defer mu.Unlock(); return len(*fights) >= n }) {
 		t.Fatalf("fights: %+v, want %d reports", *fights, n)
 	}
 }
@@ -554,7 +554,7 @@ func TestSubscribeStartMayAsk(t *testing.T) {
 		routes = v.RouteCount(IPv4)
 	})
 	defer sub.Close()
-	if err := k.AddRoute(nltest.Route{Table: 900, Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
+	if err := k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
 		t.Fatal(err)
 	}
 	select {

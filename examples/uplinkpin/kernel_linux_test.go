@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/marksplit/marksplit/internal/nltest"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 )
 
 // TestKernelUplinkPin runs uplinkpin in a fresh network namespace with two
 // uplinks, changes the world under it and asks the kernel, after each
 // change, where a packet goes without the mark and with it.
 func TestKernelUplinkPin(t *testing.T) {
-	ns := nltest.NewNetNS(t)
+	ns := netwatchtest.NewNetNS(t)
 	ns.LoUp(t)
 	// Two uplinks, each a veth whose peer stays unaddressed in the same
 	// namespace: taking the peer down takes the uplink's carrier away.
@@ -39,10 +39,10 @@ func TestKernelUplinkPin(t *testing.T) {
 	logs := ns.StartProgram(t, "uplinkpin", run, "--uplink", "eth1", "--mark", "0x100/0xff00")
 
 	const v4, v6 = "203.0.113.9", "2001:db8:ff::9"
-	primary4 := nltest.Hop{Dev: "eth0", Gateway: "198.51.100.1"}
-	primary6 := nltest.Hop{Dev: "eth0", Gateway: "2001:db8:1::1"}
-	pinned := func(gw string) nltest.Hop { return nltest.Hop{Dev: "eth1", Gateway: gw, Table: "920"} }
-	both := func(t *testing.T, addr string, unmarked, marked nltest.Hop) {
+	primary4 := netwatchtest.Hop{Dev: "eth0", Gateway: "198.51.100.1"}
+	primary6 := netwatchtest.Hop{Dev: "eth0", Gateway: "2001:db8:1::1"}
+	pinned := func(gw string) netwatchtest.Hop { return netwatchtest.Hop{Dev: "eth1", Gateway: gw, Table: "920"} }
+	both := func(t *testing.T, addr string, unmarked, marked netwatchtest.Hop) {
 		t.Helper()
 		ns.WaitRoute(t, logs, addr, "", unmarked)
 		ns.WaitRoute(t, logs, addr, "0x100", marked)
@@ -63,7 +63,7 @@ func TestKernelUplinkPin(t *testing.T) {
 	ns.IP(t, "-6", "route", "replace", "default", "via", "2001:db8:2::fe", "dev", "eth1", "metric", "200", "proto", "ra")
 	both(t, v4, primary4, pinned("192.0.2.254"))
 	both(t, v6, primary6, pinned("2001:db8:2::fe"))
-	nltest.WaitLog(t, logs, "table 920: 0.0.0.0/0 via 192.0.2.254 dev eth1 (was 0.0.0.0/0 via 192.0.2.1 dev eth1)", 1)
+	netwatchtest.WaitLog(t, logs, "table 920: 0.0.0.0/0 via 192.0.2.254 dev eth1 (was 0.0.0.0/0 via 192.0.2.1 dev eth1)", 1)
 
 	t.Log("eth1 loses carrier: everything owned is removed")
 	ns.IP(t, "link", "set", "eth1p", "down")
@@ -90,7 +90,7 @@ func TestKernelUplinkPin(t *testing.T) {
 	t.Log("someone deletes the rule: it comes back")
 	n := strings.Count(logs.String(), "rule 920: fwmark 0x100/0xff00 lookup 920")
 	ns.IP(t, "rule", "del", "pref", "920")
-	nltest.WaitLog(t, logs, "rule 920: fwmark 0x100/0xff00 lookup 920", n+1)
+	netwatchtest.WaitLog(t, logs, "rule 920: fwmark 0x100/0xff00 lookup 920", n+1)
 	both(t, v4, primary4, pinned("192.0.2.1"))
 
 	t.Log("someone adds a route to the table: it is removed")
@@ -115,8 +115,8 @@ func TestKernelUplinkPin(t *testing.T) {
 // TestKernelSignal builds uplinkpin, runs it in a namespace and checks that
 // SIGINT ends it with status 0, leaving its routes in place.
 func TestKernelSignal(t *testing.T) {
-	ns := nltest.NewNetNS(t)
-	bin := nltest.BuildProgram(t, "uplinkpin")
+	ns := netwatchtest.NewNetNS(t)
+	bin := netwatchtest.BuildProgram(t, "uplinkpin")
 	ns.AddVeth(t, "eth1", nil, "eth1p")
 	ns.IP(t, "link", "set", "eth1p", "up")
 	ns.IP(t, "link", "set", "eth1", "up")
@@ -124,7 +124,7 @@ func TestKernelSignal(t *testing.T) {
 	ns.IP(t, "route", "add", "default", "via", "192.0.2.1")
 
 	prog, logs := ns.StartBinary(t, bin, "--uplink", "eth1", "--mark", "0x100")
-	want := nltest.Hop{Dev: "eth1", Gateway: "192.0.2.1", Table: "920"}
+	want := netwatchtest.Hop{Dev: "eth1", Gateway: "192.0.2.1", Table: "920"}
 	ns.WaitRoute(t, logs, "203.0.113.9", "0x100", want)
 	prog.Stop(t, syscall.SIGINT)
 	ns.WaitRoute(t, logs, "203.0.113.9", "0x100", want)
@@ -133,7 +133,7 @@ func TestKernelSignal(t *testing.T) {
 // TestKernelFight: a program deleting the rule as fast as it can does not
 // make uplinkpin spin, and the rule is back once it stops.
 func TestKernelFight(t *testing.T) {
-	ns := nltest.NewNetNS(t)
+	ns := netwatchtest.NewNetNS(t)
 	ns.LoUp(t)
 	ns.AddVeth(t, "eth1", nil, "eth1p")
 	ns.IP(t, "link", "set", "eth1p", "up")
@@ -141,7 +141,7 @@ func TestKernelFight(t *testing.T) {
 	ns.IP(t, "addr", "add", "192.0.2.2/24", "dev", "eth1")
 	ns.IP(t, "route", "add", "default", "via", "192.0.2.1", "dev", "eth1", "metric", "200", "proto", "dhcp")
 	logs := ns.StartProgram(t, "uplinkpin", run, "--uplink", "eth1", "--mark", "0x100/0xff00")
-	hop := nltest.Hop{Dev: "eth1", Gateway: "192.0.2.1", Table: "920"}
+	hop := netwatchtest.Hop{Dev: "eth1", Gateway: "192.0.2.1", Table: "920"}
 	ns.WaitRoute(t, logs, "203.0.113.9", "0x100", hop)
 	ns.CheckFight(t, logs, "rule del pref 920", "rule 920: fwmark 0x100/0xff00 lookup 920", 1500*time.Millisecond, func() bool {
 		got, _ := ns.RouteGet("203.0.113.9", "0x100")

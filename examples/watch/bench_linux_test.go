@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/marksplit/marksplit/internal/nltest"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 )
 
 // BenchmarkKernelDump measures `watch -json -once` against `ip -j route show
@@ -27,9 +27,9 @@ func BenchmarkKernelDump(b *testing.B) {
 	}
 	bin := os.Getenv("MARKSPLIT_BENCH_WATCH")
 	if bin == "" {
-		bin = nltest.BuildProgram(b, "watch")
+		bin = netwatchtest.BuildProgram(b, "watch")
 	}
-	ns := nltest.NewNetNS(b)
+	ns := netwatchtest.NewNetNS(b)
 	ns.LoUp(b)
 	ns.IP(b, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
 	ns.IP(b, "link", "set", "eth0", "up")

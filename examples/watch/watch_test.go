@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/marksplit/marksplit/internal/nltest"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/netwatch"
 	"go.uber.org/goleak"
 )
@@ -31,7 +31,7 @@ import (
 // tables (one above 255) of several types with a gateway, prefsrc, MTU,
 // metric and protocol, a multipath route, and rules with marks, masks and
 // "not".
-func seed(t *testing.T, ns *nltest.NetNS) {
+func seed(t *testing.T, ns *netwatchtest.NetNS) {
 	t.Helper()
 	for _, cmd := range [][]string{
 		{"link", "set", "lo", "up"},
@@ -148,7 +148,7 @@ func canonical(t *testing.T, m map[string]any) string {
 }
 
 // oracle returns the dump lines ip -j describes, by kind.
-func oracle(t *testing.T, ns *nltest.NetNS) []string {
+func oracle(t *testing.T, ns *netwatchtest.NetNS) []string {
 	t.Helper()
 	var lines []string
 	var links []map[string]any
@@ -478,7 +478,7 @@ func dumpLines(t *testing.T, out []byte) []string {
 func TestKernelWatchOnce(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the namespace's cleanup
-	ns := nltest.NewNetNS(t)
+	ns := netwatchtest.NewNetNS(t)
 	seed(t, ns)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -512,7 +512,7 @@ func TestKernelWatchOnce(t *testing.T) {
 func TestKernelWatchEvents(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the namespace's cleanup
-	ns := nltest.NewNetNS(t)
+	ns := netwatchtest.NewNetNS(t)
 	ns.IP(t, "link", "set", "lo", "up")
 
 	pr, pw := io.Pipe()

@@ -1,4 +1,4 @@
-package nltest
+package netwatchtest
 
 import (
 	"net/netip"

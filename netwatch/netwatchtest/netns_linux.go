@@ -1,6 +1,6 @@
 //go:build linux
 
-package nltest
+package netwatchtest
 
 import (
 	"bufio"
@@ -29,9 +29,9 @@ func RequireKernel(t testing.TB) {
 	t.Helper()
 	if reason := kernelUnavailable(); reason != "" {
 		if os.Getenv(kernelTestsEnv) == "1" {
-			t.Fatalf("nltest: real-kernel test cannot run (%s) but %s=1", reason, kernelTestsEnv)
+			t.Fatalf("netwatchtest: real-kernel test cannot run (%s) but %s=1", reason, kernelTestsEnv)
 		}
-		t.Skipf("nltest: skipping real-kernel test: %s (set %s=1 to fail instead)", reason, kernelTestsEnv)
+		t.Skipf("netwatchtest: skipping real-kernel test: %s (set %s=1 to fail instead)", reason, kernelTestsEnv)
 	}
 }
 
@@ -70,7 +70,7 @@ func NewNetNS(t testing.TB) *NetNS {
 	RequireKernel(t)
 	ns, err := newNetNS()
 	if err != nil {
-		t.Fatalf("nltest: %v", err)
+		t.Fatalf("netwatchtest: %v", err)
 	}
 	t.Cleanup(ns.close)
 	return ns
@@ -160,7 +160,7 @@ func (ns *NetNS) IP(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := ns.ip(args...)
 	if err != nil {
-		t.Fatalf("nltest: %v", err)
+		t.Fatalf("netwatchtest: %v", err)
 	}
 	return out
 }
@@ -195,7 +195,7 @@ func (ns *NetNS) IPJSON(t testing.TB, v any, args ...string) {
 	t.Helper()
 	out := ns.IP(t, append([]string{"-j"}, args...)...)
 	if err := json.Unmarshal([]byte(out), v); err != nil {
-		t.Fatalf("nltest: decode output of ip -j %q: %v\n%s", args, err, out)
+		t.Fatalf("netwatchtest: decode output of ip -j %q: %v\n%s", args, err, out)
 	}
 }
 
@@ -241,7 +241,7 @@ func (ns *NetNS) LinkIndex(t testing.TB, name string) uint32 {
 	}
 	ns.IPJSON(t, &links, "link", "show", "dev", name)
 	if len(links) != 1 {
-		t.Fatalf("nltest: ip link show dev %s: %d links", name, len(links))
+		t.Fatalf("netwatchtest: ip link show dev %s: %d links", name, len(links))
 	}
 	return links[0].Index
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package nltest
+package netwatchtest
 
 import (
 	"encoding/binary"
@@ -126,7 +126,7 @@ func TestAnswers(t *testing.T) {
 		{"route replace, exists", withRoute, unix.RTM_NEWROUTE, fReplace, rt("10.1.0.0/16", 900, routeTo(eth)), 0, ""},
 		{"route create, different: not modelled", withRoute, unix.RTM_NEWROUTE, fCreate, rt("10.1.0.0/16", 900, func(m *rtnetlink.RouteMessage) {
 			m.Attributes.OutIface, m.Attributes.Gateway, m.Scope = eth, ip("10.0.0.1"), 0
-		}), unix.EOPNOTSUPP, "nltest: several routes with one key (append, prepend, IPv6 multipath) are not modelled"},
+		}), unix.EOPNOTSUPP, "netwatchtest: several routes with one key (append, prepend, IPv6 multipath) are not modelled"},
 		{"route via a missing link: ENODEV", up, unix.RTM_NEWROUTE, fAdd, rt("10.1.0.0/16", 900, routeTo(99)), unix.ENODEV, ""},
 		{"route via a down link: ENETDOWN", func(k *Kernel) { k.AddLink("eth0", "veth", 1500, false) },
 			unix.RTM_NEWROUTE, fAdd, rt("10.1.0.0/16", 900, routeTo(eth)), unix.ENETDOWN, "Device for nexthop is not up"},
@@ -134,10 +134,10 @@ func TestAnswers(t *testing.T) {
 			unix.RTM_NEWROUTE, fAdd, rt("fd00::/64", 900, routeTo(eth)), unix.ENETDOWN, "Nexthop device is not up"},
 		{"route with a gateway but no link: not modelled", up, unix.RTM_NEWROUTE, fAdd, rt("10.1.0.0/16", 900, func(m *rtnetlink.RouteMessage) {
 			m.Attributes.Gateway, m.Scope = ip("10.0.0.1"), 0
-		}), unix.EOPNOTSUPP, "nltest: routes that find their output link from the gateway are not modelled: give RTA_OIF"},
+		}), unix.EOPNOTSUPP, "netwatchtest: routes that find their output link from the gateway are not modelled: give RTA_OIF"},
 		{"multipath route: not modelled", up, unix.RTM_NEWROUTE, fAdd, rt("10.1.0.0/16", 900, func(m *rtnetlink.RouteMessage) {
 			m.Attributes.Multipath = []rtnetlink.NextHop{{Hop: rtnetlink.RTNextHop{IfIndex: eth}}}
-		}), unix.EOPNOTSUPP, "nltest: route attribute 9 is not modelled"},
+		}), unix.EOPNOTSUPP, "netwatchtest: route attribute 9 is not modelled"},
 		{"route delete, scope 0 on a link route: ESRCH", withRoute, unix.RTM_DELROUTE, fAck, rt("10.1.0.0/16", 900, func(m *rtnetlink.RouteMessage) { m.Scope = 0 }), unix.ESRCH, ""},
 		{"route delete, scope nowhere", withRoute, unix.RTM_DELROUTE, fAck, rt("10.1.0.0/16", 900, func(m *rtnetlink.RouteMessage) { m.Scope = unix.RT_SCOPE_NOWHERE }), 0, ""},
 		{"route delete, missing: ESRCH", withRoute, unix.RTM_DELROUTE, fAck, rt("10.2.0.0/16", 900, nil), unix.ESRCH, ""},
@@ -153,7 +153,7 @@ func TestAnswers(t *testing.T) {
 		{"rule of an unknown family", nil, unix.RTM_NEWRULE, fAdd, rule(7, 900, 900, nil), unix.EAFNOSUPPORT, "Rule family not supported"},
 		{"rule goto: not modelled", nil, unix.RTM_NEWRULE, fAdd, rule(unix.AF_INET, 900, 900, func(m *rtnetlink.RuleMessage) {
 			m.Action, m.Attributes.Goto = unix.FR_ACT_GOTO, ptr(uint32(950))
-		}), unix.EOPNOTSUPP, "nltest: rule attribute 4 is not modelled"},
+		}), unix.EOPNOTSUPP, "netwatchtest: rule attribute 4 is not modelled"},
 		{"address add", up, unix.RTM_NEWADDR, fAdd, addrMsg(eth, "10.0.0.5/16", 0), 0, ""},
 		{"address add, exists: EEXIST", withAddr, unix.RTM_NEWADDR, fAdd, addrMsg(eth, "10.0.0.5/16", 0), unix.EEXIST, "ipv4: Address already assigned"},
 		{"address delete, missing: EADDRNOTAVAIL", withAddr, unix.RTM_DELADDR, fAck, addrMsg(eth, "10.0.0.6/16", 0), unix.EADDRNOTAVAIL, "ipv4: Address not found"},
@@ -161,7 +161,7 @@ func TestAnswers(t *testing.T) {
 		{"link get, missing: ENODEV", nil, unix.RTM_GETLINK, netlink.Request, &rtnetlink.LinkMessage{Index: 9}, unix.ENODEV, ""},
 		{"link create, exists: EEXIST", up, unix.RTM_NEWLINK, fAdd, linkMsg(0, "eth0", "veth"), unix.EEXIST, ""},
 		{"delete lo: EOPNOTSUPP", nil, unix.RTM_DELLINK, fAck, &rtnetlink.LinkMessage{Index: 1}, unix.EOPNOTSUPP, ""},
-		{"neighbours: not modelled", nil, unix.RTM_GETNEIGH, fDump, &rtnetlink.NeighMessage{}, unix.EOPNOTSUPP, "nltest: message type 30 is not modelled"},
+		{"neighbours: not modelled", nil, unix.RTM_GETNEIGH, fDump, &rtnetlink.NeighMessage{}, unix.EOPNOTSUPP, "netwatchtest: message type 30 is not modelled"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -774,8 +774,8 @@ func TestGoAPIErrors(t *testing.T) {
 		"DelRule missing":      k.DelRule(Rule{Family: unix.AF_INET, Priority: 5}),
 		"AddAddr missing link": k.AddAddr(9, netip.MustParsePrefix("10.0.0.1/8")),
 	} {
-		if err == nil || !strings.HasPrefix(err.Error(), "nltest: ") {
-			t.Errorf("%s: %v, want an nltest error", name, err)
+		if err == nil || !strings.HasPrefix(err.Error(), "netwatchtest: ") {
+			t.Errorf("%s: %v, want an netwatchtest error", name, err)
 		}
 	}
 	if err := k.ReplaceRoute(Route{Table: 900, Dst: r.Dst, Index: idx, Scope: unix.RT_SCOPE_LINK, MTU: 1300}); err != nil {

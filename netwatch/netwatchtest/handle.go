@@ -1,6 +1,6 @@
 //go:build linux
 
-package nltest
+package netwatchtest
 
 import (
 	"encoding/binary"
@@ -73,7 +73,7 @@ func (k *Kernel) dispatch(s *socket, m netlink.Message, raw []byte) unix.Errno {
 	}
 	dump := isGet(typ) && h.Flags&netlink.Dump != 0
 	if e := k.injected(typ); e != 0 {
-		ke := fail(e, "nltest: injected fault")
+		ke := fail(e, "netwatchtest: injected fault")
 		if dump {
 			k.dumpDone(s, m, ke, typ == unix.RTM_GETROUTE, false)
 		} else {
@@ -124,12 +124,12 @@ func (k *Kernel) dispatch(s *socket, m netlink.Message, raw []byte) unix.Errno {
 	case unix.RTM_GETADDR:
 		ke = fail(unix.EOPNOTSUPP, "")
 		if len(m.Data) > 0 && m.Data[0] == unix.AF_INET6 {
-			ke.msg = "nltest: getting a single IPv6 address is not modelled"
+			ke.msg = "netwatchtest: getting a single IPv6 address is not modelled"
 		}
 	case unix.RTM_GETRULE:
 		ke = fail(unix.EOPNOTSUPP, "")
 	default:
-		ke = fail(unix.EOPNOTSUPP, fmt.Sprintf("nltest: message type %d is not modelled", typ))
+		ke = fail(unix.EOPNOTSUPP, fmt.Sprintf("netwatchtest: message type %d is not modelled", typ))
 	}
 	if ke != nil || h.Flags&netlink.Acknowledge != 0 {
 		k.ack(s, m, raw, ke)
@@ -283,7 +283,7 @@ func (k *Kernel) reqNewLink(m netlink.Message) *kerr {
 		case q.kind != "" && q.kind != l.Kind:
 			return fail(unix.EOPNOTSUPP, "")
 		case q.msg.Index > 0 && q.name != "" && q.name != l.Name:
-			return fail(unix.EOPNOTSUPP, "nltest: renaming a link is not modelled")
+			return fail(unix.EOPNOTSUPP, "netwatchtest: renaming a link is not modelled")
 		}
 		if q.mtu != 0 {
 			if ke := k.setMTU(l.Index, q.mtu); ke != nil {
@@ -440,7 +440,7 @@ func (k *Kernel) reqAddr(m netlink.Message, o *origin, add bool) *kerr {
 	}
 	if q.family == unix.AF_INET && q.local.IsValid() && q.address.IsValid() && q.local != q.address {
 		if add {
-			return fail(unix.EOPNOTSUPP, "nltest: point-to-point peer addresses are not modelled")
+			return fail(unix.EOPNOTSUPP, "netwatchtest: point-to-point peer addresses are not modelled")
 		}
 	}
 	if add {
@@ -517,7 +517,7 @@ func (k *Kernel) reqRoute(m netlink.Message, o *origin, add bool) *kerr {
 		return ke
 	}
 	if q.msg.SrcLength != 0 {
-		return fail(unix.EOPNOTSUPP, "nltest: source-specific routes are not modelled")
+		return fail(unix.EOPNOTSUPP, "netwatchtest: source-specific routes are not modelled")
 	}
 	if fam == unix.AF_INET6 && q.msg.Tos != 0 {
 		return fail(unix.EINVAL, "Invalid dsfield (tos): option not available for IPv6")
@@ -787,7 +787,7 @@ func (k *Kernel) lookupTable(fam uint8, table uint32, dst netip.Addr, tos uint8)
 func (k *Kernel) reqRule(m netlink.Message, o *origin, add bool) *kerr {
 	if len(m.Data) >= 1 && m.Data[0] != unix.AF_INET && m.Data[0] != unix.AF_INET6 {
 		if m.Data[0] == familyIPMR || m.Data[0] == familyIP6MR {
-			return fail(unix.EOPNOTSUPP, "nltest: multicast routing rules are not modelled")
+			return fail(unix.EOPNOTSUPP, "netwatchtest: multicast routing rules are not modelled")
 		}
 		return fail(unix.EAFNOSUPPORT, "Rule family not supported")
 	}

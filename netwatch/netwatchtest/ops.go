@@ -1,6 +1,6 @@
 //go:build linux
 
-package nltest
+package netwatchtest
 
 import (
 	"cmp"
@@ -534,7 +534,7 @@ func (k *Kernel) newRoute(r Route, flags netlink.HeaderFlags, o *origin) *kerr {
 	case exists && old == r:
 		return fail(unix.EEXIST, "")
 	case exists:
-		return fail(unix.EOPNOTSUPP, "nltest: several routes with one key (append, prepend, IPv6 multipath) are not modelled")
+		return fail(unix.EOPNOTSUPP, "netwatchtest: several routes with one key (append, prepend, IPv6 multipath) are not modelled")
 	case fam == unix.AF_INET && flags&netlink.Create == 0:
 		return fail(unix.ENOENT, "")
 	case fam == unix.AF_INET6 && flags&netlink.Create == 0 && flags&netlink.Replace != 0:
@@ -549,7 +549,7 @@ func (k *Kernel) newRoute(r Route, flags netlink.HeaderFlags, o *origin) *kerr {
 func (k *Kernel) checkDevice(r Route, downMsg string) *kerr {
 	if r.Index == 0 {
 		if r.Gateway.IsValid() {
-			return fail(unix.EOPNOTSUPP, "nltest: routes that find their output link from the gateway are not modelled: give RTA_OIF")
+			return fail(unix.EOPNOTSUPP, "netwatchtest: routes that find their output link from the gateway are not modelled: give RTA_OIF")
 		}
 		return fail(unix.ENODEV, "")
 	}
@@ -681,7 +681,7 @@ func (k *Kernel) newRule(q ruleReq, flags netlink.HeaderFlags, o *origin) *kerr 
 		return fail(unix.EINVAL, "Invalid action")
 	case r.Action != unix.FR_ACT_TO_TBL && r.Action < unix.FR_ACT_BLACKHOLE:
 		// Unspecified, goto, nop and the reserved ones.
-		return fail(unix.EOPNOTSUPP, fmt.Sprintf("nltest: rule action %d is not modelled", r.Action))
+		return fail(unix.EOPNOTSUPP, fmt.Sprintf("netwatchtest: rule action %d is not modelled", r.Action))
 	}
 	if r.Mark != 0 && r.Mask == 0 {
 		r.Mask = 0xffffffff

@@ -1,6 +1,6 @@
 //go:build linux
 
-package nltest
+package netwatchtest
 
 import (
 	"encoding/binary"
@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/marksplit/marksplit/internal/rtnl"
+	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -38,7 +38,7 @@ type FakeConn struct {
 // (0 keeps the kernel's default), like netwatch's dialer.
 func (k *Kernel) DialConn(groups []uint32, readBuffer int) (*FakeConn, error) {
 	if readBuffer < 0 {
-		return nil, fmt.Errorf("nltest: dial: receive buffer %d: %w", readBuffer, unix.EINVAL)
+		return nil, fmt.Errorf("netwatchtest: dial: receive buffer %d: %w", readBuffer, unix.EINVAL)
 	}
 	capacity := defaultRcvbuf
 	if readBuffer > 0 {
@@ -47,14 +47,14 @@ func (k *Kernel) DialConn(groups []uint32, readBuffer int) (*FakeConn, error) {
 	s := &socket{k: k, capacity: capacity, groups: map[uint32]bool{}, wake: make(chan struct{})}
 	for _, g := range groups {
 		if g == 0 || g > rtnlgrpMax {
-			return nil, fmt.Errorf("nltest: dial: join group %d: %w", g, unix.EINVAL)
+			return nil, fmt.Errorf("netwatchtest: dial: join group %d: %w", g, unix.EINVAL)
 		}
 		s.groups[g] = true
 	}
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()
-		return nil, fmt.Errorf("nltest: dial: %w", errKernelClosed)
+		return nil, fmt.Errorf("netwatchtest: dial: %w", errKernelClosed)
 	}
 	k.nextPort++
 	s.port = k.nextPort
@@ -321,16 +321,16 @@ func parseDatagram(b []byte) ([]netlink.Message, error) {
 	var msgs []netlink.Message
 	for len(b) > 0 {
 		if len(b) < 16 {
-			return nil, errors.New("nltest: short netlink message in datagram")
+			return nil, errors.New("netwatchtest: short netlink message in datagram")
 		}
 		l := int(binary.NativeEndian.Uint32(b))
 		al := align(l)
 		if l < 16 || al > len(b) {
-			return nil, fmt.Errorf("nltest: bad netlink message length %d in datagram of %d bytes", l, len(b))
+			return nil, fmt.Errorf("netwatchtest: bad netlink message length %d in datagram of %d bytes", l, len(b))
 		}
 		var m netlink.Message
 		if err := m.UnmarshalBinary(b[:al]); err != nil {
-			return nil, fmt.Errorf("nltest: %w", err)
+			return nil, fmt.Errorf("netwatchtest: %w", err)
 		}
 		msgs = append(msgs, m)
 		b = b[al:]

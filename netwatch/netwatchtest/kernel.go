@@ -1,6 +1,6 @@
 //go:build linux
 
-package nltest
+package netwatchtest
 
 import (
 	"cmp"
@@ -128,9 +128,9 @@ func (e *kerr) err(op string) error {
 		return nil
 	}
 	if e.msg != "" {
-		return fmt.Errorf("nltest: %s: %w (%s)", op, e.errno, e.msg)
+		return fmt.Errorf("netwatchtest: %s: %w (%s)", op, e.errno, e.msg)
 	}
-	return fmt.Errorf("nltest: %s: %w", op, e.errno)
+	return fmt.Errorf("netwatchtest: %s: %w", op, e.errno)
 }
 
 // AddLink creates a link, up or down, announced by one RTM_NEWLINK as
@@ -140,7 +140,7 @@ func (k *Kernel) AddLink(name, kind string, mtu uint32, up bool) uint32 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if _, ok := k.linkByName(name); ok {
-		panic(fmt.Sprintf("nltest: AddLink: a link is already called %q", name))
+		panic(fmt.Sprintf("netwatchtest: AddLink: a link is already called %q", name))
 	}
 	if mtu == 0 {
 		mtu = 1500

@@ -1,4 +1,4 @@
-// Package nltest is a fake rtnetlink kernel for tests, with fault
+// Package netwatchtest is a fake rtnetlink kernel for tests, with fault
 // injection, plus helpers that run real-kernel tests in throwaway network
 // namespaces.
 //
@@ -84,7 +84,7 @@
 // actions other than lookup, blackhole, unreachable and prohibit, rule
 // selectors beyond from, to, tos, fwmark, iif and oif. A request that uses
 // something not modelled fails with EOPNOTSUPP and an extended-ack
-// message starting with "nltest:", so a test cannot pass by accident.
+// message starting with "netwatchtest:", so a test cannot pass by accident.
 //
 // # Real-kernel tests
 //
@@ -97,4 +97,4 @@
 // ns.WaitRoute and ns.WaitOwned wait for `ip route get` and the owned
 // table and priority to show what the test expects, and BuildProgram with
 // ns.StartBinary runs the built binary to check its signal handling.
-package nltest
+package netwatchtest

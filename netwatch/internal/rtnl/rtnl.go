@@ -1,5 +1,5 @@
 // Package rtnl is netwatch's transport seam: the part of an rtnetlink
-// socket netwatch uses, so that internal/nltest's fake kernel can stand in
+// socket netwatch uses, so that netwatch/netwatchtest's fake kernel can stand in
 // for the real one in this module's tests. Programs never need it: a
 // netwatch.Options without a Dialer dials the kernel.
 package rtnl
@@ -12,7 +12,7 @@ import (
 )
 
 // Conn is the part of a *netlink.Conn that netwatch uses. The real kernel
-// and internal/nltest's fake kernel both provide it.
+// and netwatch/netwatchtest's fake kernel both provide it.
 type Conn interface {
 	// Execute sends a request and returns its replies; an error reply is
 	// returned as a *netlink.OpError.

@@ -1,6 +1,6 @@
 //go:build linux
 
-package nltest
+package netwatchtest
 
 import (
 	"encoding/binary"
@@ -28,7 +28,7 @@ func marshal(h netlink.Header, body []byte) []byte {
 func mustMarshal(m interface{ MarshalBinary() ([]byte, error) }) []byte {
 	b, err := m.MarshalBinary()
 	if err != nil {
-		panic(fmt.Sprintf("nltest: encode %T: %v", m, err))
+		panic(fmt.Sprintf("netwatchtest: encode %T: %v", m, err))
 	}
 	return b
 }
@@ -38,7 +38,7 @@ func encodeAttrs(fn func(ae *netlink.AttributeEncoder)) []byte {
 	fn(ae)
 	b, err := ae.Encode()
 	if err != nil {
-		panic(fmt.Sprintf("nltest: encode attributes: %v", err))
+		panic(fmt.Sprintf("netwatchtest: encode attributes: %v", err))
 	}
 	return b
 }
@@ -245,7 +245,7 @@ func attrTypes(b []byte) (map[uint16]bool, error) {
 
 // notModelled refuses a request that uses what the fake does not model.
 func notModelled(what string, typ uint16) *kerr {
-	return fail(unix.EOPNOTSUPP, fmt.Sprintf("nltest: %s attribute %d is not modelled", what, typ))
+	return fail(unix.EOPNOTSUPP, fmt.Sprintf("netwatchtest: %s attribute %d is not modelled", what, typ))
 }
 
 func checkAttrs(what string, types map[uint16]bool, allowed ...uint16) *kerr {
@@ -473,7 +473,7 @@ func decodeRule(data []byte) (ruleReq, map[uint16]bool, *kerr) {
 		}
 	}
 	if m.Flags&^unix.FIB_RULE_INVERT != 0 {
-		return q, types, fail(unix.EOPNOTSUPP, fmt.Sprintf("nltest: rule flags %#x are not modelled", m.Flags))
+		return q, types, fail(unix.EOPNOTSUPP, fmt.Sprintf("netwatchtest: rule flags %#x are not modelled", m.Flags))
 	}
 	return q, types, nil
 }
