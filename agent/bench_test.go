@@ -67,7 +67,7 @@ func BenchmarkKernelRuleRestore(b *testing.B) {
 		s := newSeed(b, true)
 		loadRoutes(b, s, n)
 		events := listenRules(b, s)
-		ap, err := netwatch.DialApplier(netwatch.Options{NetNS: s.netns(b)})
+		ap, err := netwatch.DialApplier(s.netns(b))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/marksplit/marksplit/internal/ciliumnode"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // Timeouts of the one-shot commands.
@@ -150,7 +151,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	ap, err := netwatch.DialApplier(netwatch.Options{})
+	ap, err := netwatch.DialApplier(nil)
 	if err != nil {
 		return err
 	}
@@ -278,7 +279,7 @@ func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog
 	default:
 		return err
 	}
-	ap, err := netwatch.DialApplier(netwatch.Options{})
+	ap, err := netwatch.DialApplier(nil)
 	if err != nil {
 		return err
 	}
@@ -306,11 +307,11 @@ func runPlan(ctx context.Context, o options, stdout io.Writer, log *slog.Logger)
 		ok    bool
 	)
 	s.w.Read(func(v netwatch.View) {
-		var d netwatch.Desired
+		var d reconcile.Desired
 		if d, ok = s.l.policy(v); !ok {
 			return
 		}
-		if ops, err = netwatch.Plan(v, d); err != nil {
+		if ops, err = reconcile.Plan(v, d); err != nil {
 			return
 		}
 		for _, op := range ops {
@@ -343,11 +344,16 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 		return err
 	}
 	defer s.stop()
-	unmarked, err := netwatch.RouteGet(netwatch.Options{}, o.peer, 0)
+	ap, err := netwatch.DialApplier(nil)
 	if err != nil {
 		return err
 	}
-	marked, err := netwatch.RouteGet(netwatch.Options{}, o.peer, o.policy.Mark)
+	defer ap.Close()
+	unmarked, err := ap.RouteGet(o.peer, 0)
+	if err != nil {
+		return err
+	}
+	marked, err := ap.RouteGet(o.peer, o.policy.Mark)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // defaultResync is the period of the safety resync.
@@ -16,9 +17,9 @@ const defaultResync = 5 * time.Minute
 
 // loop is the agent's side of the one reconcile loop: the encryption mode
 // the policy reads, the policy, and the hooks that print and count what
-// the netwatch.Reconciler does. The Reconciler is the loop itself.
+// the reconcile.Reconciler does. The Reconciler is the loop itself.
 type loop struct {
-	r    *netwatch.Reconciler
+	r    *reconcile.Reconciler
 	cfg  mtupolicy.Config
 	mode atomic.Int32 // mtupolicy.Mode
 	// peers is the peer set with --peers=auto; nil until the first list
@@ -31,7 +32,7 @@ type loop struct {
 	// emit receives each change's line: the log in run, stdout in once.
 	emit func(line string)
 	// onPass, when set, is told of every pass (for tests).
-	onPass func(netwatch.Pass)
+	onPass func(reconcile.Pass)
 	log    *slog.Logger
 }
 
@@ -44,7 +45,7 @@ func newLoop(w *netwatch.Watcher, ap *netwatch.Applier, cfg mtupolicy.Config, cl
 	if cleanup {
 		policy = l.cleanup
 	}
-	l.r = &netwatch.Reconciler{
+	l.r = &reconcile.Reconciler{
 		Watcher:  w,
 		Applier:  ap,
 		Policy:   policy,
@@ -74,7 +75,7 @@ func (l *loop) setMode(m mtupolicy.Mode) {
 
 // policy is what run, once and plan want. It runs inside the watcher's
 // Read.
-func (l *loop) policy(v netwatch.View) (netwatch.Desired, bool) {
+func (l *loop) policy(v netwatch.View) (reconcile.Desired, bool) {
 	mode := l.Mode()
 	if l.cfg.Peers {
 		return l.peerPolicy(v, mode)
@@ -82,9 +83,9 @@ func (l *loop) policy(v netwatch.View) (netwatch.Desired, bool) {
 	return mtupolicy.Desired(v, l.cfg, mode)
 }
 
-func (l *loop) cleanup(v netwatch.View) (netwatch.Desired, bool) {
+func (l *loop) cleanup(v netwatch.View) (reconcile.Desired, bool) {
 	d, ok := mtupolicy.Desired(v, l.cfg, mtupolicy.ModeOff)
-	return netwatch.Desired{Own: d.Own}, ok
+	return reconcile.Desired{Own: d.Own}, ok
 }
 
 func (l *loop) change(op netwatch.Op, line string) {
@@ -92,7 +93,7 @@ func (l *loop) change(op netwatch.Op, line string) {
 	l.emit(line)
 }
 
-func (l *loop) pass(p netwatch.Pass) {
+func (l *loop) pass(p reconcile.Pass) {
 	l.met.pass(p, l.r.Converged())
 	if l.onPass != nil {
 		l.onPass(p)

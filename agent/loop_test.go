@@ -16,9 +16,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 	"golang.org/x/sys/unix"
 )
 
@@ -63,14 +64,16 @@ type harness struct {
 	l      *loop
 	w      *netwatch.Watcher
 	met    *metrics
-	passes chan netwatch.Pass
+	passes chan reconcile.Pass
 
 	mu    sync.Mutex
 	lines []string
 	logs  bytes.Buffer
 }
 
-func newHarness(t *testing.T, k *netwatchtest.Kernel) *harness { return newHarnessCfg(t, k, seedConfig()) }
+func newHarness(t *testing.T, k *netwatchtest.Kernel) *harness {
+	return newHarnessCfg(t, k, seedConfig())
+}
 
 func seedConfig() mtupolicy.Config {
 	cfg := mtupolicy.DefaultConfig()
@@ -80,10 +83,10 @@ func seedConfig() mtupolicy.Config {
 
 func newHarnessCfg(t *testing.T, k *netwatchtest.Kernel, cfg mtupolicy.Config) *harness {
 	t.Helper()
-	h := &harness{t: t, k: k, passes: make(chan netwatch.Pass, 1000)}
+	h := &harness{t: t, k: k, passes: make(chan reconcile.Pass, 1000)}
 	log := slog.New(slog.NewTextHandler(lockedWriter{&h.mu, &h.logs}, nil))
-	h.w = netwatch.New(netwatch.Options{Dialer: k.Dialer(), RouteTables: []netwatch.Table{netwatch.TableMain, cfg.Table}, Logger: log})
-	ap, err := netwatch.DialApplier(netwatch.Options{Dialer: k.Dialer()})
+	h.w = netwatch.New(netwatch.Options{NetNS: k.NetNS(), RouteTables: []netwatch.Table{netwatch.TableMain, cfg.Table}, Logger: log})
+	ap, err := netwatch.DialApplier(k.NetNS())
 	must(t, err)
 	t.Cleanup(func() { ap.Close() })
 	h.met = newMetrics(h.w, cfg, nil, snmpPath)
@@ -92,7 +95,7 @@ func newHarnessCfg(t *testing.T, k *netwatchtest.Kernel, cfg mtupolicy.Config) *
 		defer h.mu.Unlock()
 		h.lines = append(h.lines, line)
 	}, h.met)
-	h.l.onPass = func(p netwatch.Pass) { h.passes <- p }
+	h.l.onPass = func(p reconcile.Pass) { h.passes <- p }
 	return h
 }
 
@@ -132,7 +135,7 @@ func (h *harness) log() string {
 }
 
 // waitPass waits for a pass that satisfies ok.
-func (h *harness) waitPass(what string, ok func(netwatch.Pass) bool) netwatch.Pass {
+func (h *harness) waitPass(what string, ok func(reconcile.Pass) bool) reconcile.Pass {
 	h.t.Helper()
 	deadline := time.NewTimer(5 * time.Second)
 	defer deadline.Stop()
@@ -148,12 +151,12 @@ func (h *harness) waitPass(what string, ok func(netwatch.Pass) bool) netwatch.Pa
 	}
 }
 
-func converged(p netwatch.Pass) bool {
+func converged(p reconcile.Pass) bool {
 	return p.Planned && p.Err == nil && len(p.Applied)+len(p.Already)+p.Deferred == 0
 }
 
-func applied(n int) func(netwatch.Pass) bool {
-	return func(p netwatch.Pass) bool { return len(p.Applied) == n }
+func applied(n int) func(reconcile.Pass) bool {
+	return func(p reconcile.Pass) bool { return len(p.Applied) == n }
 }
 
 // waitConverged waits for a pass that finds nothing to do.
@@ -197,7 +200,7 @@ func TestLoopSeedConvergesQuietly(t *testing.T) {
 	h := newHarness(t, k)
 	h.start()
 	h.l.setMode(mtupolicy.ModeOn)
-	res := h.waitPass("that changes something", func(p netwatch.Pass) bool { return len(p.Applied) > 0 })
+	res := h.waitPass("that changes something", func(p reconcile.Pass) bool { return len(p.Applied) > 0 })
 	if len(res.Applied) != 4 || res.Err != nil {
 		t.Fatalf("first pass: %+v, want 4 changes", res)
 	}
@@ -234,12 +237,12 @@ func TestLoopUnknownModeEditsNothing(t *testing.T) {
 	k, _, _ := seedKernel(t)
 	h := newHarness(t, k)
 	h.start()
-	res := h.waitPass("after the sync", func(p netwatch.Pass) bool { return h.w.Synced() })
+	res := h.waitPass("after the sync", func(p reconcile.Pass) bool { return h.w.Synced() })
 	if res.Planned {
 		t.Fatalf("pass with mode unknown planned: %+v", res)
 	}
 	k.AddLink("eth9", "veth", 1500, true)
-	h.waitPass("after a change", func(netwatch.Pass) bool { return true })
+	h.waitPass("after a change", func(reconcile.Pass) bool { return true })
 	for _, req := range k.Requests() {
 		switch req.Type {
 		case unix.RTM_NEWROUTE, unix.RTM_DELROUTE, unix.RTM_NEWRULE, unix.RTM_DELRULE:
@@ -308,7 +311,7 @@ func TestLoopRetriesFailures(t *testing.T) {
 	k.FailNext(unix.RTM_NEWRULE, unix.EPERM, 1)
 	h.start()
 	h.l.setMode(mtupolicy.ModeOn)
-	h.waitPass("that fails", func(p netwatch.Pass) bool { return p.Err != nil })
+	h.waitPass("that fails", func(p reconcile.Pass) bool { return p.Err != nil })
 	h.waitConverged()
 	must(t, h.split())
 	if got := metricValue(t, h.met, "marksplit_failed_operations_total", "rule-add"); got != 1 {
@@ -461,7 +464,7 @@ func TestLoopPeriodicResync(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("resyncs: %v, want 3 requested", h.w.Stats().Resyncs)
 		}
-		h.waitPass("after a resync", func(netwatch.Pass) bool { return true })
+		h.waitPass("after a resync", func(reconcile.Pass) bool { return true })
 	}
 	if got := h.takeLines(); len(got) != 0 {
 		t.Errorf("resyncs said %q", got)

@@ -35,7 +35,7 @@
 // run keeps a netwatch cache of the main table and its own table (plus
 // every link, address and rule) and makes a pass after each change to it,
 // each change of the encryption mode, and every five minutes after a full
-// resync: view → mtupolicy.Desired → netwatch.Plan → apply. Bursts of
+// resync: view → mtupolicy.Desired → reconcile.Plan → apply. Bursts of
 // events are coalesced (a pass runs 1 ms after the last trigger, at most
 // 10 ms after the first). Each kernel change is logged in one line naming
 // the object and what it was before; a pass that changes nothing logs

@@ -13,6 +13,7 @@ import (
 
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -113,7 +114,7 @@ func opKindLabel(op netwatch.Op) string {
 var passResults = []string{"unchanged", "changed", "failed", "deferred", "waiting"}
 
 // passResult names what a pass did.
-func passResult(p netwatch.Pass) string {
+func passResult(p reconcile.Pass) string {
 	switch {
 	case !p.Planned:
 		return "waiting"
@@ -128,7 +129,7 @@ func passResult(p netwatch.Pass) string {
 }
 
 // pass counts a pass; converged is the Reconciler's state after it.
-func (m *metrics) pass(p netwatch.Pass, converged bool) {
+func (m *metrics) pass(p reconcile.Pass, converged bool) {
 	if m == nil {
 		return
 	}
@@ -152,7 +153,7 @@ func (m *metrics) change(op netwatch.Op) {
 }
 
 // fight counts a fight's start and marks it in progress until its end.
-func (m *metrics) fight(f netwatch.Fight) {
+func (m *metrics) fight(f reconcile.Fight) {
 	if m == nil {
 		return
 	}

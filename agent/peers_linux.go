@@ -16,6 +16,7 @@ import (
 	"github.com/marksplit/marksplit/internal/ciliumnode"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // peerSet is what the loop knows of the peers: an immutable summary of a
@@ -57,11 +58,11 @@ func (l *loop) peersKnown() bool { return l.peers.Load() != nil }
 
 // peerPolicy is the policy with --peers=auto: nothing before the first
 // list of the CiliumNodes, unless the mode is off, which needs no peers.
-func (l *loop) peerPolicy(v netwatch.View, mode mtupolicy.Mode) (netwatch.Desired, bool) {
+func (l *loop) peerPolicy(v netwatch.View, mode mtupolicy.Mode) (reconcile.Desired, bool) {
 	ps := l.peers.Load()
 	if mode == mtupolicy.ModeOff || ps == nil {
 		if mode != mtupolicy.ModeOff {
-			return netwatch.Desired{}, false
+			return reconcile.Desired{}, false
 		}
 		return l.peerIndex.DesiredPeers(v, l.cfg, mode, nil)
 	}

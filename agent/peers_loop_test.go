@@ -13,9 +13,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/marksplit/marksplit/internal/ciliumnode/apitest"
-	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/mtupolicy"
-	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,7 +41,7 @@ func TestLoopPeers(t *testing.T) {
 	h := newHarnessCfg(t, k, peersConfig())
 	h.start()
 	h.l.setMode(mtupolicy.ModeOn)
-	res := h.waitPass("with the mode known", func(p netwatch.Pass) bool { return h.w.Synced() })
+	res := h.waitPass("with the mode known", func(p reconcile.Pass) bool { return h.w.Synced() })
 	if res.Planned {
 		t.Fatalf("pass without a list of the peers planned: %+v", res)
 	}

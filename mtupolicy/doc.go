@@ -1,7 +1,7 @@
 // Package mtupolicy decides which routes and rules give host traffic the
 // tunnel MTU while the encrypting link's own packets keep the interface MTU:
 // a pure function from a netwatch.View, a Config and the node's encryption
-// Mode to a netwatch.Desired, which netwatch.Plan turns into operations.
+// Mode to a reconcile.Desired, which reconcile.Plan turns into operations.
 //
 // # The split
 //

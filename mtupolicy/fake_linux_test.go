@@ -11,9 +11,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // The cases of issue 3 on netwatch/netwatchtest's fake kernel, with the same
@@ -56,7 +57,7 @@ func newFSeed(t *testing.T, lowered bool) *fseed {
 	s.tun = s.k.AddLink("cilium_wg0", "tun", 1355, true)
 	s.cfg = mtupolicy.DefaultConfig()
 	s.cfg.Prefixes = []netip.Prefix{pfx("10.0.0.0/16")}
-	s.opts = netwatch.Options{Dialer: s.k.Dialer()}
+	s.opts = netwatch.Options{NetNS: s.k.NetNS()}
 	s.w = runWatcher(t, s.opts)
 	s.a = dialApplier(t, s.opts)
 	waitSync(t, s.w)
@@ -89,11 +90,11 @@ func (s *fseed) pass(t *testing.T, mode mtupolicy.Mode) []netwatch.Op {
 // table 900 at tunnelMTU, marked traffic the main table at 1450.
 func (s *fseed) splitAt(t *testing.T, dst string, tunnelMTU uint32) {
 	t.Helper()
-	got, err := netwatch.RouteGet(s.opts, addr(dst), 0)
+	got, err := s.a.RouteGet(addr(dst), 0)
 	if err != nil || got.Table != s.cfg.Table || got.MTU != tunnelMTU || !got.PrefSrc.IsValid() {
 		t.Errorf("route get %s: table %v mtu %d src %v (%v), want table 900 mtu %d with a src", dst, got.Table, got.MTU, got.PrefSrc, err, tunnelMTU)
 	}
-	got, err = netwatch.RouteGet(s.opts, addr(dst), s.cfg.Mark)
+	got, err = s.a.RouteGet(addr(dst), s.cfg.Mark)
 	if err != nil || got.Table != netwatch.TableMain || got.MTU != 0 && got.MTU != 1450 {
 		t.Errorf("route get %s mark 0xe00: table %v mtu %d (%v), want table main at the link's 1450", dst, got.Table, got.MTU, err)
 	}
@@ -395,7 +396,7 @@ func TestFakeCase11NotSynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.FailAll(unix.RTM_GETROUTE, unix.EIO)
-	opts := netwatch.Options{Dialer: k.Dialer()}
+	opts := netwatch.Options{NetNS: k.NetNS()}
 	w := runWatcher(t, opts)
 	a := dialApplier(t, opts)
 	cfg := mtupolicy.DefaultConfig()
@@ -421,8 +422,8 @@ func TestFakeCase11NotSynced(t *testing.T) {
 			if _, ok := mtupolicy.Desired(v, cfg, mode); ok {
 				t.Errorf("Desired on an unsynced view (mode %v): ok", mode)
 			}
-			own := netwatch.Desired{Own: netwatch.Owned{Tables: []netwatch.OwnedTable{{Family: netwatch.IPv4, Table: 900}}}}
-			if ops, err := netwatch.Plan(v, own); !errors.Is(err, netwatch.ErrNotSynced) || ops != nil {
+			own := reconcile.Desired{Own: reconcile.Owned{Tables: []reconcile.OwnedTable{{Family: netwatch.IPv4, Table: 900}}}}
+			if ops, err := reconcile.Plan(v, own); !errors.Is(err, reconcile.ErrNotSynced) || ops != nil {
 				t.Errorf("Plan on an unsynced view: %v, %v; want ErrNotSynced and nothing", ops, err)
 			}
 		})

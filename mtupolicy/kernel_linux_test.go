@@ -16,9 +16,10 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // The cases of issue 3 in a real network namespace: a Watcher and an
@@ -27,7 +28,7 @@ import (
 // kernel.
 
 // livePass is one pass of the agent: read the view, mtupolicy.Desired,
-// netwatch.Plan, Applier.Apply; then it waits until the watcher's view
+// reconcile.Plan, Applier.Apply; then it waits until the watcher's view
 // shows the result (Plan returns nothing again). It returns the applied
 // plan; nil when Desired says nothing may be edited.
 func livePass(t *testing.T, w *netwatch.Watcher, a *netwatch.Applier, cfg mtupolicy.Config, mode mtupolicy.Mode) []netwatch.Op {
@@ -50,9 +51,9 @@ func livePass(t *testing.T, w *netwatch.Watcher, a *netwatch.Applier, cfg mtupol
 // Desired refuses.
 func planNow(w *netwatch.Watcher, cfg mtupolicy.Config, mode mtupolicy.Mode) (ops []netwatch.Op, ok bool, err error) {
 	w.Read(func(v netwatch.View) {
-		var d netwatch.Desired
+		var d reconcile.Desired
 		if d, ok = mtupolicy.Desired(v, cfg, mode); ok {
-			ops, err = netwatch.Plan(v, d)
+			ops, err = reconcile.Plan(v, d)
 		}
 	})
 	return ops, ok, err
@@ -123,7 +124,7 @@ func runWatcher(t *testing.T, opts netwatch.Options) *netwatch.Watcher {
 
 func dialApplier(t *testing.T, opts netwatch.Options) *netwatch.Applier {
 	t.Helper()
-	a, err := netwatch.DialApplier(opts)
+	a, err := netwatch.DialApplier(opts.NetNS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -683,11 +684,11 @@ func TestKernelCase13Families(t *testing.T) {
 		t.Errorf("second pass planned:\n%s", opsString(ops))
 	}
 	t.Run("RouteGet IPv6", func(t *testing.T) {
-		got, err := netwatch.RouteGet(s.opts, addr("fd00::9"), 0)
+		got, err := s.a.RouteGet(addr("fd00::9"), 0)
 		if err != nil || got.Table != 900 || got.MTU != 1355 {
 			t.Errorf("RouteGet fd00::9: %v (%v), want table 900 mtu 1355", got, err)
 		}
-		got, err = netwatch.RouteGet(s.opts, addr("fd00::9"), 0xe00)
+		got, err = s.a.RouteGet(addr("fd00::9"), 0xe00)
 		if err != nil || got.Table == 900 || got.MTU != 0 && got.MTU != 1450 {
 			t.Errorf("RouteGet fd00::9 mark 0xe00: %v (%v), want not table 900, at the link's MTU 1450", got, err)
 		}

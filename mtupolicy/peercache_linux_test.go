@@ -9,9 +9,10 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // TestPeerCache: on a watcher's views, a PeerCache answers what
@@ -46,7 +47,7 @@ func TestPeerCache(t *testing.T) {
 	var err error
 	s.w.Read(func(v netwatch.View) {
 		d, _ := mtupolicy.DesiredPeers(v, cfg, mtupolicy.ModeOn, peers)
-		ops, err = netwatch.Plan(v, d)
+		ops, err = reconcile.Plan(v, d)
 	})
 	if err != nil || len(ops) == 0 {
 		t.Fatalf("the peer policy plans %v (%v), want its routes and rule", ops, err)
@@ -119,7 +120,7 @@ func BenchmarkPeerCache(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		w := netwatch.New(netwatch.Options{Dialer: k.Dialer()})
+		w := netwatch.New(netwatch.Options{NetNS: k.NetNS()})
 		ctx, cancel := context.WithCancel(context.Background())
 		go w.Run(ctx)
 		if err := w.WaitSynced(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // DesiredPeers is the policy for cfg.Peers: it returns the state cfg wants
@@ -57,7 +58,7 @@ import (
 // A change of the main table moves the host routes with their paths at the
 // next pass, and a table left by prefix mode is replaced wholesale: the
 // table is owned, so whatever the peers do not want in it goes.
-func DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (d netwatch.Desired, ok bool) {
+func DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (d reconcile.Desired, ok bool) {
 	var c PeerCache
 	return c.DesiredPeers(v, cfg, mode, peers)
 }
@@ -65,7 +66,7 @@ func DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (d
 // peerNotes adds to d a note per main route that peers of family f are
 // reached through but that has no single path to copy (multipath or a
 // nexthop object): those peers keep the interface MTU.
-func peerNotes(idx mainIndex, f netwatch.Family, peers []netip.Addr, d *netwatch.Desired) {
+func peerNotes(idx mainIndex, f netwatch.Family, peers []netip.Addr, d *reconcile.Desired) {
 	noted := make(map[netwatch.RouteKey]bool)
 	for _, a := range peers {
 		if a = a.Unmap(); netwatch.FamilyOf(a) != f || !a.IsValid() {
@@ -81,7 +82,7 @@ func peerNotes(idx mainIndex, f netwatch.Family, peers []netip.Addr, d *netwatch
 
 // peerFamily adds to d the host routes, throws, rule and repairs of family
 // f.
-func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link, peers []netip.Addr, d *netwatch.Desired, idx mainIndex) {
+func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link, peers []netip.Addr, d *reconcile.Desired, idx mainIndex) {
 	peerNotes(idx, f, peers, d)
 	srcs := newSources(v, f)
 	first, n := len(d.Routes), 0
@@ -306,12 +307,12 @@ type PeerCache struct {
 }
 
 // DesiredPeers is the package's DesiredPeers, with c's index.
-func (c *PeerCache) DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (netwatch.Desired, bool) {
+func (c *PeerCache) DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (reconcile.Desired, bool) {
 	c.follow(v)
 	if !cfg.Peers {
-		return netwatch.Desired{}, false
+		return reconcile.Desired{}, false
 	}
-	return cfg.desired(v, mode, func(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *netwatch.Desired) {
+	return cfg.desired(v, mode, func(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *reconcile.Desired) {
 		fi := famIndex(f)
 		if c.tables[fi] == nil {
 			c.tables[fi] = walkMain(v, f)

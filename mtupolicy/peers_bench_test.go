@@ -7,6 +7,7 @@ import (
 
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // One pass of the peer policy at scale: 5,000 peers on the node network,
@@ -31,7 +32,7 @@ func BenchmarkDesiredPeers5000(b *testing.B) {
 	b.Run("Plan", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := netwatch.Plan(v, d); err != nil {
+			if _, err := reconcile.Plan(v, d); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // DesiredPeers on the fixture node of policy_test.go: peers on the node
@@ -77,12 +78,12 @@ func TestDesiredPeers(t *testing.T) {
 		cfg    func(*mtupolicy.Config)
 		mode   mtupolicy.Mode
 		peers  []netip.Addr
-		want   netwatch.Desired
+		want   reconcile.Desired
 	}{
 		{
 			name:  "every kind of path, and the lowered route repaired once",
 			peers: peerAddrs("10.0.0.9", "10.0.0.10", "192.0.2.7", "203.0.113.7", "2001:db8::9", "2001:db8:77::9"),
-			want: netwatch.Desired{
+			want: reconcile.Desired{
 				Own: ownedEverywhere,
 				Routes: []netwatch.Route{hPeer9,
 					with(hPeer9, func(r *netwatch.Route) { r.Dst = pfx("10.0.0.10/32") }),
@@ -95,7 +96,7 @@ func TestDesiredPeers(t *testing.T) {
 			name:  "repair off",
 			cfg:   func(c *mtupolicy.Config) { c.Repair = false },
 			peers: peerAddrs("10.0.0.9"),
-			want:  netwatch.Desired{Own: ownedEverywhere, Routes: []netwatch.Route{hPeer9}, Rules: []netwatch.Rule{rule4}},
+			want:  reconcile.Desired{Own: ownedEverywhere, Routes: []netwatch.Route{hPeer9}, Rules: []netwatch.Rule{rule4}},
 		},
 		{
 			name: "the default route is never repaired",
@@ -104,17 +105,17 @@ func TestDesiredPeers(t *testing.T) {
 				s.Routes[i].MTU = 1355
 			},
 			peers: peerAddrs("192.0.2.7"),
-			want:  netwatch.Desired{Own: ownedEverywhere, Routes: []netwatch.Route{hFar}, Rules: []netwatch.Rule{rule4}},
+			want:  reconcile.Desired{Own: ownedEverywhere, Routes: []netwatch.Route{hFar}, Rules: []netwatch.Rule{rule4}},
 		},
 		{
 			name:  "no peers: the owned scope only",
 			peers: nil,
-			want:  netwatch.Desired{Own: ownedEverywhere},
+			want:  reconcile.Desired{Own: ownedEverywhere},
 		},
 		{
 			name:  "this host, link-local and multicast addresses are no peers",
 			peers: peerAddrs("10.0.0.5", "10.0.0.3", "127.0.0.1", "169.254.1.1", "fe80::9", "224.0.0.5", "2001:db8::5"),
-			want:  netwatch.Desired{Own: ownedEverywhere},
+			want:  reconcile.Desired{Own: ownedEverywhere},
 		},
 		{
 			name: "no path without a default route",
@@ -122,7 +123,7 @@ func TestDesiredPeers(t *testing.T) {
 				s.Routes = slices.DeleteFunc(s.Routes, func(r netwatch.Route) bool { return r.Dst.Bits() == 0 })
 			},
 			peers: peerAddrs("192.0.2.7", "2001:db8:77::9", "10.0.0.9"),
-			want: netwatch.Desired{Own: ownedEverywhere, Routes: []netwatch.Route{hPeer9}, Rules: []netwatch.Rule{rule4},
+			want: reconcile.Desired{Own: ownedEverywhere, Routes: []netwatch.Route{hPeer9}, Rules: []netwatch.Rule{rule4},
 				Repairs: []netwatch.Route{nodeNetRepair}},
 		},
 		{
@@ -141,7 +142,7 @@ func TestDesiredPeers(t *testing.T) {
 				)
 			},
 			peers: peerAddrs("10.9.0.1", "10.8.0.1", "10.7.0.1", "10.6.0.1", "10.5.0.1", "10.4.0.1", "10.3.0.1"),
-			want:  netwatch.Desired{Own: ownedEverywhere},
+			want:  reconcile.Desired{Own: ownedEverywhere},
 		},
 		{
 			name: "the longest prefix, then the lowest metric; a dead route is passed over",
@@ -155,7 +156,7 @@ func TestDesiredPeers(t *testing.T) {
 				)
 			},
 			peers: peerAddrs("10.0.9.1"),
-			want: netwatch.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4}, Routes: []netwatch.Route{
+			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4}, Routes: []netwatch.Route{
 				host("10.0.9.1", func(r *netwatch.Route) { r.Gateway, r.Index, r.PrefSrc = addr("10.0.0.3"), idxEnp, addr("10.0.0.5") }),
 			}},
 		},
@@ -170,7 +171,7 @@ func TestDesiredPeers(t *testing.T) {
 			},
 			cfg:   func(c *mtupolicy.Config) { c.Repair = false },
 			peers: peerAddrs("10.0.0.9", "2001:db8::9"),
-			want: netwatch.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4, rule6}, Routes: []netwatch.Route{
+			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4, rule6}, Routes: []netwatch.Route{
 				hPeer9,
 				{Family: netwatch.IPv4, Table: 900, Dst: pfx("10.0.0.9/32"), TOS: 0x10, Protocol: mtupolicy.DefaultProtocol, Type: netwatch.RouteThrow},
 				hPeer6,
@@ -185,7 +186,7 @@ func TestDesiredPeers(t *testing.T) {
 				s.Links[i].MTU = 1300
 			},
 			peers: peerAddrs("192.0.2.7"),
-			want: netwatch.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4},
+			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4},
 				Routes: []netwatch.Route{with(hFar, func(r *netwatch.Route) { r.MTU = 1300 })}},
 		},
 		{
@@ -195,7 +196,7 @@ func TestDesiredPeers(t *testing.T) {
 				s.Links[i].MTU = 1200
 			},
 			peers: peerAddrs("192.0.2.7", "2001:db8::9"),
-			want: netwatch.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4},
+			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4},
 				Routes: []netwatch.Route{with(hFar, func(r *netwatch.Route) { r.MTU = 1200 })}},
 		},
 		{
@@ -205,7 +206,7 @@ func TestDesiredPeers(t *testing.T) {
 				s.Links[i].Flags = 0
 			},
 			peers: peerAddrs("10.0.0.9"),
-			want:  netwatch.Desired{Own: ownedEverywhere},
+			want:  reconcile.Desired{Own: ownedEverywhere},
 		},
 		{
 			name: "the tunnel link missing: the owned scope only",
@@ -213,13 +214,13 @@ func TestDesiredPeers(t *testing.T) {
 				s.Links = slices.DeleteFunc(s.Links, func(l netwatch.Link) bool { return l.Index == idxWG })
 			},
 			peers: peerAddrs("10.0.0.9"),
-			want:  netwatch.Desired{Own: ownedEverywhere},
+			want:  reconcile.Desired{Own: ownedEverywhere},
 		},
 		{
 			name:  "off: the owned scope only",
 			mode:  mtupolicy.ModeOff,
 			peers: peerAddrs("10.0.0.9"),
-			want:  netwatch.Desired{Own: ownedEverywhere},
+			want:  reconcile.Desired{Own: ownedEverywhere},
 		},
 	}
 	for _, tt := range tests {
@@ -241,11 +242,11 @@ func TestDesiredPeers(t *testing.T) {
 				t.Fatal("DesiredPeers: not ok")
 			}
 			// Notes have a test of their own (TestPeerNotes).
-			if diff := cmp.Diff(tt.want, d, cmpNet, cmpopts.IgnoreFields(netwatch.Desired{}, "Notes")); diff != "" {
+			if diff := cmp.Diff(tt.want, d, cmpNet, cmpopts.IgnoreFields(reconcile.Desired{}, "Notes")); diff != "" {
 				t.Errorf("DesiredPeers (-want +got):\n%s", diff)
 			}
 			// Plan accepts it, and one pass converges.
-			ops, err := netwatch.Plan(s.View(), d)
+			ops, err := reconcile.Plan(s.View(), d)
 			if err != nil {
 				t.Fatalf("Plan: %v", err)
 			}
@@ -254,7 +255,7 @@ func TestDesiredPeers(t *testing.T) {
 				t.Fatalf("apply: %v\n%s", err, opsString(ops))
 			}
 			d2, _ := mtupolicy.DesiredPeers(k.s.View(), cfg, mode, tt.peers)
-			if again, err := netwatch.Plan(k.s.View(), d2); err != nil || len(again) != 0 {
+			if again, err := reconcile.Plan(k.s.View(), d2); err != nil || len(again) != 0 {
 				t.Errorf("the next pass plans %v:\n%s", err, opsString(again))
 			}
 		})
@@ -278,15 +279,15 @@ func TestDesiredPeersNotOK(t *testing.T) {
 		{"invalid", node().View(), with(peerConfig(), func(c *mtupolicy.Config) { c.Table = 254 }), mtupolicy.ModeOn},
 		{"peers with prefixes", node().View(), with(config(), func(c *mtupolicy.Config) { c.Peers = true }), mtupolicy.ModeOn},
 	} {
-		if d, ok := mtupolicy.DesiredPeers(tt.v, tt.cfg, tt.mode, peers); ok || !cmp.Equal(d, netwatch.Desired{}, cmpNet) {
+		if d, ok := mtupolicy.DesiredPeers(tt.v, tt.cfg, tt.mode, peers); ok || !cmp.Equal(d, reconcile.Desired{}, cmpNet) {
 			t.Errorf("%s: DesiredPeers = %+v, %v; want nothing, false", tt.name, d, ok)
 		}
 	}
-	if d, ok := mtupolicy.Desired(node().View(), peerConfig(), mtupolicy.ModeOn); ok || !cmp.Equal(d, netwatch.Desired{}, cmpNet) {
+	if d, ok := mtupolicy.Desired(node().View(), peerConfig(), mtupolicy.ModeOn); ok || !cmp.Equal(d, reconcile.Desired{}, cmpNet) {
 		t.Errorf("Desired(peers config, on) = %+v, %v; want nothing, false", d, ok)
 	}
 	d, ok := mtupolicy.Desired(converged(t).View(), peerConfig(), mtupolicy.ModeOff)
-	if diff := cmp.Diff(netwatch.Desired{Own: ownedEverywhere}, d, cmpNet); !ok || diff != "" {
+	if diff := cmp.Diff(reconcile.Desired{Own: ownedEverywhere}, d, cmpNet); !ok || diff != "" {
 		t.Errorf("Desired(peers config, off): ok %v (-want +got):\n%s", ok, diff)
 	}
 }
@@ -298,7 +299,7 @@ func TestPeersRouteGets(t *testing.T) {
 	peers := peerAddrs("10.0.0.9", "192.0.2.7", "2001:db8::9")
 	s := node()
 	d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peers)
-	ops, err := netwatch.Plan(s.View(), d)
+	ops, err := reconcile.Plan(s.View(), d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +325,7 @@ func TestPeersRouteGets(t *testing.T) {
 	// A peer leaves (or opts out): its route goes, the rule and the
 	// others stay.
 	d, _ = mtupolicy.DesiredPeers(k.s.View(), peerConfig(), mtupolicy.ModeOn, peerAddrs("10.0.0.9", "2001:db8::9"))
-	ops, err = netwatch.Plan(k.s.View(), d)
+	ops, err = reconcile.Plan(k.s.View(), d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +339,7 @@ func TestPeersRouteGets(t *testing.T) {
 func TestPeersAfterPrefixMode(t *testing.T) {
 	s := converged(t)
 	d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peerAddrs("10.0.0.9", "2001:db8::9"))
-	ops, err := netwatch.Plan(s.View(), d)
+	ops, err := reconcile.Plan(s.View(), d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +358,7 @@ func TestPeersFollowTheMainTable(t *testing.T) {
 	peers := peerAddrs("10.0.0.9")
 	s := node()
 	d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peers)
-	ops, _ := netwatch.Plan(s.View(), d)
+	ops, _ := reconcile.Plan(s.View(), d)
 	k := kernel{s: clone(s)}
 	if err := k.apply(ops); err != nil {
 		t.Fatal(err)
@@ -365,7 +366,7 @@ func TestPeersFollowTheMainTable(t *testing.T) {
 	k.s.Routes = append(k.s.Routes, netwatch.Route{Family: netwatch.IPv4, Table: netwatch.TableMain, Dst: pfx("10.0.0.8/29"),
 		Gateway: addr("203.0.113.1"), Index: idxEth, Protocol: netwatch.ProtoStatic, Type: netwatch.RouteUnicast})
 	d, _ = mtupolicy.DesiredPeers(k.s.View(), peerConfig(), mtupolicy.ModeOn, peers)
-	ops, err := netwatch.Plan(k.s.View(), d)
+	ops, err := reconcile.Plan(k.s.View(), d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +429,7 @@ func TestPeersProperties(t *testing.T) {
 		if !ok {
 			t.Fatalf("DesiredPeers: not ok")
 		}
-		ops, err := netwatch.Plan(v, d)
+		ops, err := reconcile.Plan(v, d)
 		if err != nil {
 			t.Fatalf("Plan: %v", err)
 		}
@@ -441,7 +442,7 @@ func TestPeersProperties(t *testing.T) {
 		}
 		after := k.s
 		d2, _ := mtupolicy.DesiredPeers(after.View(), w.cfg, w.mode, peers)
-		if again, err := netwatch.Plan(after.View(), d2); err != nil || len(again) != 0 {
+		if again, err := reconcile.Plan(after.View(), d2); err != nil || len(again) != 0 {
 			t.Fatalf("the second pass plans (%v):\n%s\nafter the first:\n%s", err, opsString(again), opsString(ops))
 		}
 		for _, r := range d.Routes {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // Mode is the node's encryption mode, as far as the caller knows it.
@@ -85,9 +86,9 @@ func (m Mode) String() string {
 //
 // With cfg.Peers, Desired knows no peers: only ModeOff (the owned scope, to
 // empty it, as cleanup does) is ok; DesiredPeers is the policy then.
-func Desired(v netwatch.View, cfg Config, mode Mode) (d netwatch.Desired, ok bool) {
+func Desired(v netwatch.View, cfg Config, mode Mode) (d reconcile.Desired, ok bool) {
 	if cfg.Peers && mode != ModeOff {
-		return netwatch.Desired{}, false
+		return reconcile.Desired{}, false
 	}
 	return cfg.desired(v, mode, cfg.family)
 }
@@ -98,11 +99,11 @@ func Desired(v netwatch.View, cfg Config, mode Mode) (d netwatch.Desired, ok boo
 // once by the Reconciler) for each reason it splits nothing, or nothing of
 // a family: the tunnel link is missing or down, or its MTU is below a
 // family's minimum.
-func (c Config) desired(v netwatch.View, mode Mode, split func(netwatch.View, netwatch.Family, netwatch.Link, *netwatch.Desired)) (d netwatch.Desired, ok bool) {
+func (c Config) desired(v netwatch.View, mode Mode, split func(netwatch.View, netwatch.Family, netwatch.Link, *reconcile.Desired)) (d reconcile.Desired, ok bool) {
 	if mode != ModeOn && mode != ModeOff || !v.Synced() || c.Validate() != nil {
-		return netwatch.Desired{}, false
+		return reconcile.Desired{}, false
 	}
-	d.Own = netwatch.Own(c.Table, c.Priority)
+	d.Own = reconcile.Own(c.Table, c.Priority)
 	if mode == ModeOff {
 		return d, true
 	}
@@ -173,7 +174,7 @@ func (c Config) rule(f netwatch.Family) netwatch.Rule {
 	}
 }
 
-func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *netwatch.Desired) {
+func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *reconcile.Desired) {
 	mains := c.candidates(v, f)
 
 	var split, rest []netwatch.Route

@@ -11,9 +11,10 @@ import (
 
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
-// The cases of issue 3, at the pure level: Desired and netwatch.Plan on
+// The cases of issue 3, at the pure level: Desired and reconcile.Plan on
 // snapshot views, with sim_test.go's kernel model executing the plans and
 // answering `ip route get`.
 
@@ -78,9 +79,9 @@ var (
 		Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: mtupolicy.DefaultProtocol}
 	rule6           = with(rule4, func(r *netwatch.Rule) { r.Family = netwatch.IPv6 })
 	nodeNetRepair   = with(nodeNet, func(r *netwatch.Route) { r.MTU = 0 }) // follows the link's again
-	ownedEverywhere = netwatch.Owned{
-		Tables:     []netwatch.OwnedTable{{Family: netwatch.IPv4, Table: 900}, {Family: netwatch.IPv6, Table: 900}},
-		Priorities: []netwatch.OwnedPriority{{Family: netwatch.IPv4, Priority: 900}, {Family: netwatch.IPv6, Priority: 900}},
+	ownedEverywhere = reconcile.Owned{
+		Tables:     []reconcile.OwnedTable{{Family: netwatch.IPv4, Table: 900}, {Family: netwatch.IPv6, Table: 900}},
+		Priorities: []reconcile.OwnedPriority{{Family: netwatch.IPv4, Priority: 900}, {Family: netwatch.IPv6, Priority: 900}},
 	}
 )
 
@@ -159,7 +160,7 @@ func plan(t *testing.T, s netwatch.Snapshot, cfg mtupolicy.Config, mode mtupolic
 	if !ok {
 		t.Fatalf("Desired(%v): not ok", mode)
 	}
-	ops, err := netwatch.Plan(s.View(), d)
+	ops, err := reconcile.Plan(s.View(), d)
 	if err != nil {
 		t.Fatalf("Plan: %v", err)
 	}
@@ -241,7 +242,7 @@ func TestCase01FreshNode(t *testing.T) {
 	if !ok {
 		t.Fatal("Desired: not ok")
 	}
-	want := netwatch.Desired{
+	want := reconcile.Desired{
 		Own:     ownedEverywhere,
 		Routes:  []netwatch.Route{tNodeNet, tNodeGW, tNodeNet6},
 		Rules:   []netwatch.Rule{rule4, rule6},
@@ -362,7 +363,7 @@ func TestCase05OptedOutClean(t *testing.T) {
 	if !ok {
 		t.Fatal("Desired: not ok")
 	}
-	if diff := cmp.Diff(netwatch.Desired{Own: ownedEverywhere}, d, cmpNet); diff != "" {
+	if diff := cmp.Diff(reconcile.Desired{Own: ownedEverywhere}, d, cmpNet); diff != "" {
 		t.Errorf("Desired (-want +got):\n%s", diff)
 	}
 	settled(t, node(), config(), mtupolicy.ModeOff)
@@ -377,7 +378,7 @@ func TestCase06ModeUnknown(t *testing.T) {
 	}
 	for name, s := range states {
 		for _, mode := range []mtupolicy.Mode{mtupolicy.ModeUnknown, mtupolicy.Mode(-1), mtupolicy.Mode(3)} {
-			if d, ok := mtupolicy.Desired(s.View(), config(), mode); ok || !cmp.Equal(d, netwatch.Desired{}, cmpNet) {
+			if d, ok := mtupolicy.Desired(s.View(), config(), mode); ok || !cmp.Equal(d, reconcile.Desired{}, cmpNet) {
 				t.Errorf("%s, mode %v: Desired = %+v, %v; want nothing, false", name, mode, d, ok)
 			}
 		}
@@ -600,8 +601,8 @@ func TestCase11NotSynced(t *testing.T) {
 	}
 	// And should a caller plan anyway, with what it wanted before:
 	d, _ := mtupolicy.Desired(node().View(), config(), mtupolicy.ModeOff)
-	ops, err := netwatch.Plan(v, d)
-	if !errors.Is(err, netwatch.ErrNotSynced) || ops != nil {
+	ops, err := reconcile.Plan(v, d)
+	if !errors.Is(err, reconcile.ErrNotSynced) || ops != nil {
 		t.Errorf("Plan(unsynced) = %v, %v; want nil, ErrNotSynced", ops, err)
 	}
 }

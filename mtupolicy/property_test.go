@@ -11,6 +11,7 @@ import (
 
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // Cases 14 and 15 as properties over random nodes: random main-table routes
@@ -246,7 +247,7 @@ func TestCase14And15Properties(t *testing.T) {
 		if !ok {
 			t.Fatalf("Desired: not ok")
 		}
-		ops, err := netwatch.Plan(v, d)
+		ops, err := reconcile.Plan(v, d)
 		if err != nil {
 			t.Fatalf("Plan: %v", err)
 		}
@@ -285,7 +286,7 @@ func TestCase14And15Properties(t *testing.T) {
 		if !ok {
 			t.Fatalf("Desired after the pass: not ok")
 		}
-		again, err := netwatch.Plan(after.View(), d2)
+		again, err := reconcile.Plan(after.View(), d2)
 		if err != nil {
 			t.Fatalf("Plan after the pass: %v", err)
 		}
@@ -324,7 +325,7 @@ func TestCase14And15Properties(t *testing.T) {
 		}
 
 		// A plan is deterministic.
-		if again, _ := netwatch.Plan(v, d); !cmp.Equal(ops, again, cmpNet) {
+		if again, _ := reconcile.Plan(v, d); !cmp.Equal(ops, again, cmpNet) {
 			t.Fatalf("Plan is not deterministic")
 		}
 	})
@@ -373,7 +374,7 @@ func checkRepair(t *rapid.T, v netwatch.View, op netwatch.Op, w world, tun netwa
 // checkOrder checks make before break: every table route is in place
 // before a rule is added; repairs come after the rules are added; undesired
 // table routes go only after every rule change.
-func checkOrder(t *rapid.T, ops []netwatch.Op, d netwatch.Desired) {
+func checkOrder(t *rapid.T, ops []netwatch.Op, d reconcile.Desired) {
 	desired := make(map[netwatch.RouteKey]bool)
 	for _, r := range d.Routes {
 		desired[r.Key()] = true
@@ -404,7 +405,7 @@ func checkOrder(t *rapid.T, ops []netwatch.Op, d netwatch.Desired) {
 func TestCase06ModeUnknownProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := drawWorld(t)
-		if d, ok := mtupolicy.Desired(w.s.View(), w.cfg, mtupolicy.ModeUnknown); ok || !cmp.Equal(d, netwatch.Desired{}, cmpNet) {
+		if d, ok := mtupolicy.Desired(w.s.View(), w.cfg, mtupolicy.ModeUnknown); ok || !cmp.Equal(d, reconcile.Desired{}, cmpNet) {
 			t.Fatalf("Desired(unknown) = %+v, %v", d, ok)
 		}
 	})

@@ -12,7 +12,7 @@ import (
 // kernel is a small model of what the kernel does with netwatch's requests,
 // written from the kernel's source (fib_table_insert, fib_table_delete,
 // fib_nl_newrule, fib_nl_delrule, rule_exists, rule_find) and independent of
-// the model inside netwatch.Plan. Apply adds rules with NLM_F_EXCL, deletes
+// the model inside reconcile.Plan. Apply adds rules with NLM_F_EXCL, deletes
 // them naming every attribute they have, replaces routes with
 // NLM_F_REPLACE, and deletes routes with the scope as wildcard and no
 // metrics.

@@ -19,10 +19,10 @@ type Applier struct {
 	c rtnl.Conn
 }
 
-// DialApplier opens a request socket in opts.NetNS (or with opts.Dialer);
-// the other options are a Watcher's.
-func DialApplier(opts Options) (*Applier, error) {
-	c, err := dialerOf(opts).Dial(rtnl.DialConfig{MessageBuffer: applierBuffer})
+// DialApplier opens a request socket in the network namespace ns; nil is
+// the calling thread's.
+func DialApplier(ns *NetNS) (*Applier, error) {
+	c, err := dialerOf(ns).Dial(rtnl.DialConfig{MessageBuffer: applierBuffer})
 	if err != nil {
 		return nil, err
 	}
@@ -38,6 +38,10 @@ const applierBuffer = 64 << 10
 
 // Close closes the socket.
 func (a *Applier) Close() error { return a.c.Close() }
+
+// Port is the netlink port of the Applier's socket: the Origin.Port of the
+// events its own changes cause, which tells them from another program's.
+func (a *Applier) Port() uint32 { return a.c.PID() }
 
 // Result is the outcome of one operation.
 type Result struct {
@@ -165,18 +169,12 @@ func withMessage(err error) error {
 	return err
 }
 
-// RouteGet asks the kernel of opts.NetNS (or opts.Dialer's) which route it
-// would use for dst, for packets carrying mark (0 for none), like `ip
-// route get DST mark MARK`. The returned route's Table and MTU are what the
-// kernel chose; its MTU is 0 when the route has none of its own (the
-// output link's, then).
-func RouteGet(opts Options, dst netip.Addr, mark Mark) (Route, error) {
-	c, err := dialerOf(opts).Dial(rtnl.DialConfig{})
-	if err != nil {
-		return Route{}, err
-	}
-	defer c.Close()
-	return routeGet(c, dst, mark)
+// RouteGet asks the kernel which route it would use for dst, for packets
+// carrying mark (0 for none), like `ip route get DST mark MARK`. The
+// returned route's Table and MTU are what the kernel chose; its MTU is 0
+// when the route has none of its own (the output link's, then).
+func (a *Applier) RouteGet(dst netip.Addr, mark Mark) (Route, error) {
+	return routeGet(a.c, dst, mark)
 }
 
 func routeGet(c rtnl.Conn, dst netip.Addr, mark Mark) (Route, error) {

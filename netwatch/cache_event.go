@@ -52,6 +52,10 @@ type Event struct {
 	Addr   Addr
 	Route  Route
 	Rule   Rule
+	// Created is set on a route the kernel announced as new to its key
+	// (NLM_F_EXCL, as `ip route add` asks): a program that creates a
+	// route replaces nothing, so it undoes nothing.
+	Created bool
 }
 
 // change is an Event as the watcher decoded it, with how the kernel sent

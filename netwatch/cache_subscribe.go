@@ -118,8 +118,9 @@ func (s *Subscription) end(err error) {
 // called with w.mu held for writing.
 func (w *Watcher) publish(c change) {
 	ev := c.Event
+	ev.Created = ev.Kind == KindRoute && ev.Op == EventNew && c.how&howExcl != 0
 	n := w.journal.next
-	w.journal.add(ev, ev.Kind == KindRoute && ev.Op == EventNew && c.how&howExcl != 0)
+	w.journal.add(ev, ev.Created)
 	for s := range w.subs {
 		s.mu.Lock()
 		if s.holding {
@@ -198,7 +199,7 @@ func sameChange(f, ev Event) bool {
 		if f.Op == EventDel {
 			return f.Route.Key() == ev.Route.Key() && sameRoute(f.Route, ev.Route)
 		}
-		return routesMatch(f.Route, ev.Route)
+		return f.Route.Matches(ev.Route)
 	}
 	return sameRule(f.Rule, ev.Rule)
 }

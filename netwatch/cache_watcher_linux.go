@@ -36,8 +36,7 @@ var groups = []uint32{
 	unix.RTNLGRP_NEXTHOP,
 }
 
-// Options configure a Watcher (and an Applier, which uses NetNS and
-// Dialer alone). The zero value watches the calling thread's network
+// Options configure a Watcher. The zero value watches the calling thread's network
 // namespace with the default buffer and caches every table.
 type Options struct {
 	// NetNS is the network namespace (OpenNetNS); nil means the calling
@@ -58,10 +57,6 @@ type Options struct {
 	// doubling from RetryMin (default 100 ms) to RetryMax (30 s), for
 	// ever.
 	RetryMin, RetryMax time.Duration
-	// Dialer, when not nil, opens the sockets instead of the kernel: the
-	// seam through which this module's tests run netwatch on
-	// netwatch/netwatchtest's fake kernel. Programs leave it nil.
-	Dialer rtnl.Dialer
 }
 
 // ResyncCause says why the whole cache was dumped again.
@@ -111,6 +106,7 @@ type Stats struct {
 // Run, and read it with Read, Notify and Subscribe.
 type Watcher struct {
 	opts   Options
+	dialer rtnl.Dialer // the kernel in opts.NetNS, or a fake kernel
 	tables tableFilter
 	log    *slog.Logger
 
@@ -150,7 +146,6 @@ type Watcher struct {
 
 // New returns a Watcher that does nothing until Run.
 func New(opts Options) *Watcher {
-	opts.Dialer = dialerOf(opts)
 	if opts.ReadBuffer == 0 {
 		opts.ReadBuffer = DefaultReadBuffer
 	}
@@ -165,6 +160,7 @@ func New(opts Options) *Watcher {
 	}
 	w := &Watcher{
 		opts:    opts,
+		dialer:  dialerOf(opts.NetNS),
 		tables:  newTableFilter(opts.RouteTables),
 		log:     opts.Logger,
 		st:      newState(),
@@ -172,7 +168,7 @@ func New(opts Options) *Watcher {
 		changed: make(chan struct{}),
 		stats:   Stats{Events: make(map[Kind]uint64), Resyncs: make(map[ResyncCause]uint64)},
 	}
-	if d, ok := opts.Dialer.(interface{ owners() ownerFinder }); ok {
+	if d, ok := w.dialer.(interface{ owners() ownerFinder }); ok {
 		w.owners = d.owners()
 	}
 	w.now.Store(&cacheState{changed: w.changed})
@@ -321,13 +317,13 @@ func (w *Watcher) setUnsynced() {
 
 // session runs one pair of sockets until it fails or ctx ends.
 func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.BackOff) error {
-	mc, err := w.opts.Dialer.Dial(rtnl.DialConfig{Groups: groups, ReadBuffer: w.opts.ReadBuffer})
+	mc, err := w.dialer.Dial(rtnl.DialConfig{Groups: groups, ReadBuffer: w.opts.ReadBuffer})
 	if err != nil {
 		return err
 	}
 	s := &receiveLoop{w: w, mc: mc}
 	defer func() { s.mc.Close() }() // s.mc is replaced after an overflow
-	rc, err := w.opts.Dialer.Dial(rtnl.DialConfig{})
+	rc, err := w.dialer.Dial(rtnl.DialConfig{})
 	if err != nil {
 		return err
 	}
@@ -508,7 +504,7 @@ func (s *receiveLoop) take(m netlink.Message, pid uint32) (drain bool) {
 // runs would be lost silently. A new socket starts empty and reports the
 // next overflow; the dump covers what the old one held.
 func (s *receiveLoop) reopen() error {
-	next, err := s.w.opts.Dialer.Dial(rtnl.DialConfig{Groups: groups, ReadBuffer: s.w.opts.ReadBuffer})
+	next, err := s.w.dialer.Dial(rtnl.DialConfig{Groups: groups, ReadBuffer: s.w.opts.ReadBuffer})
 	if err != nil {
 		return err
 	}

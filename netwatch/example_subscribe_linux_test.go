@@ -8,8 +8,8 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,7 +64,7 @@ func ExampleWatcher_Subscribe() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w := netwatch.New(netwatch.Options{Dialer: k.Dialer()})
+	w := netwatch.New(netwatch.Options{NetNS: k.NetNS()})
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	if err := w.WaitSynced(ctx); err != nil {

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
-	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/mdlayher/netlink"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
@@ -314,7 +314,7 @@ func waitStats(t *testing.T, w *Watcher, what string, cond func(Stats) bool) Sta
 func startFake(t *testing.T, k *netwatchtest.Kernel, opts Options) (*Watcher, *fakeDialer) {
 	t.Helper()
 	d := &fakeDialer{k: k}
-	opts.Dialer = d
+	opts.NetNS = rtnl.FakeNetNS(d)
 	if opts.RetryMin == 0 {
 		opts.RetryMin, opts.RetryMax = time.Millisecond, time.Millisecond
 	}
@@ -779,7 +779,7 @@ func TestRunStops(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		d := &fakeDialer{k: netwatchtest.New(), fail: errors.New("no kernel today")}
 		defer d.k.Close()
-		w, cancel, done := run(t, Options{Dialer: d, RetryMin: time.Hour, RetryMax: time.Hour})
+		w, cancel, done := run(t, Options{NetNS: rtnl.FakeNetNS(d), RetryMin: time.Hour, RetryMax: time.Hour})
 		waitStats(t, w, "first failure", func(s Stats) bool { return s.Reconnects == 1 })
 		if w.Synced() {
 			t.Errorf("synced without a kernel")
@@ -789,7 +789,7 @@ func TestRunStops(t *testing.T) {
 	t.Run("receive", func(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		k, _ := fakeHost(t)
-		w, cancel, done := run(t, Options{Dialer: &fakeDialer{k: k}})
+		w, cancel, done := run(t, Options{NetNS: rtnl.FakeNetNS(&fakeDialer{k: k})})
 		waitSynced(t, w, 5*time.Second)
 		if err := w.Run(context.Background()); !errors.Is(err, ErrRunning) {
 			t.Errorf("second Run: %v, want ErrRunning", err)
@@ -800,7 +800,7 @@ func TestRunStops(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		k, _ := fakeHost(t)
 		k.FailAll(unix.RTM_GETRULE, unix.EBUSY)
-		w, cancel, done := run(t, Options{Dialer: &fakeDialer{k: k}, RetryMin: time.Millisecond, RetryMax: time.Millisecond})
+		w, cancel, done := run(t, Options{NetNS: rtnl.FakeNetNS(&fakeDialer{k: k}), RetryMin: time.Millisecond, RetryMax: time.Millisecond})
 		waitStats(t, w, "failing dumps", func(s Stats) bool { return s.Reconnects >= 3 })
 		stop(t, w, cancel, done)
 	})
@@ -956,7 +956,7 @@ func (m *replay) snapshot() Snapshot {
 // and the kernel's message readable.
 func TestFakeApply(t *testing.T) {
 	k, eth := fakeHost(t)
-	ap, err := DialApplier(Options{Dialer: &fakeDialer{k: k}})
+	ap, err := DialApplier(rtnl.FakeNetNS(&fakeDialer{k: k}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1012,7 +1012,12 @@ func TestFakeApply(t *testing.T) {
 		table Table
 		mtu   uint32
 	}{{0, 900, 1355}, {0xe00, TableMain, 0}} {
-		got, err := RouteGet(Options{Dialer: &fakeDialer{k: k}}, netip.MustParseAddr("10.1.0.9"), tc.mark)
+		a, err := DialApplier(rtnl.FakeNetNS(&fakeDialer{k: k}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := a.RouteGet(netip.MustParseAddr("10.1.0.9"), tc.mark)
+		a.Close()
 		if err != nil {
 			t.Fatalf("RouteGet mark %v: %v", tc.mark, err)
 		}
@@ -1035,7 +1040,7 @@ func nltestHostOnly(t *testing.T) *netwatchtest.Kernel {
 func TestFakeBarrier(t *testing.T) {
 	k, eth := fakeHost(t)
 	ctx := context.Background()
-	if err := New(Options{Dialer: &fakeDialer{k: k}}).Barrier(ctx); !errors.Is(err, ErrNotRunning) {
+	if err := New(Options{NetNS: rtnl.FakeNetNS(&fakeDialer{k: k})}).Barrier(ctx); !errors.Is(err, ErrNotRunning) {
 		t.Fatalf("Barrier before Run: %v, want ErrNotRunning", err)
 	}
 	w, _ := startFake(t, k, Options{})
@@ -1059,5 +1064,36 @@ func TestFakeBarrier(t *testing.T) {
 	})
 	if n != 100 {
 		t.Fatalf("%d of the 100 new routes in the cache right after Barrier", n)
+	}
+}
+
+// TestSubscribeStartMayAsk: Subscribe's start runs under the read lock only:
+// it may ask the watcher whether it is synced and for its stats, and
+// events made meanwhile are neither lost nor doubled.
+func TestSubscribeStartMayAsk(t *testing.T) {
+	k, eth := fakeHost(t)
+	w, _ := startFake(t, k, Options{})
+	waitFake(t, w, k, "initial sync")
+	var routes int
+	sub := w.Subscribe(64, func(v View) {
+		if !w.Synced() || w.Stats().Generation == 0 {
+			t.Error("not synced inside start")
+		}
+		if w.Changed() == nil { // taking it must not block
+			t.Error("no Changed channel")
+		}
+		routes = v.RouteCount(IPv4)
+	})
+	defer sub.Close()
+	if err := k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-sub.Events():
+		if ev.Route.Dst != netip.MustParsePrefix("10.7.0.0/16") || routes == 0 {
+			t.Errorf("first event %+v after a start view of %d routes", ev, routes)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
 	}
 }

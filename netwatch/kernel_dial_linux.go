@@ -20,16 +20,14 @@ type kernelDialer struct {
 	netns int
 }
 
-// dialerOf is the dialer of opts: its Dialer, else the kernel in its NetNS.
-func dialerOf(opts Options) rtnl.Dialer {
-	if opts.Dialer != nil {
-		return opts.Dialer
+// dialerOf is the dialer of ns: the kernel in that namespace, or a fake
+// kernel's.
+func dialerOf(ns *NetNS) rtnl.Dialer {
+	fd, d := rtnl.Target(ns)
+	if d != nil {
+		return d
 	}
-	d := kernelDialer{}
-	if opts.NetNS != nil && !opts.NetNS.own {
-		d.netns = opts.NetNS.fd
-	}
-	return d
+	return kernelDialer{netns: fd}
 }
 
 // Dial opens a NETLINK_ROUTE socket with strict dump checking, joins

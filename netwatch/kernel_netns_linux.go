@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 	"golang.org/x/sys/unix"
 )
 
@@ -14,10 +15,10 @@ import (
 // as long as it is open. A Watcher or Applier given it in Options.NetNS
 // uses it whenever it opens a socket (a Watcher reconnects, and resyncs on
 // a new socket after an overflow): close it only after they are done.
-type NetNS struct {
-	fd  int
-	own bool // the process's own namespace: sockets need no setns
-}
+// Its FD method returns the descriptor; Close closes it and is safe to
+// call twice. netwatchtest's fake kernel hands out a NetNS too, which
+// puts a Watcher or an Applier on the fake.
+type NetNS = rtnl.NetNS
 
 // nsGetNSType is NS_GET_NSTYPE (linux/nsfs.h), which x/sys/unix lacks.
 const nsGetNSType = 0xb703
@@ -45,7 +46,7 @@ func OpenNetNS(path string) (*NetNS, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("netwatch: %s is a namespace, but not a network namespace", path)
 	}
-	return &NetNS{fd: fd, own: sameFile(fd, "/proc/self/ns/net")}, nil
+	return rtnl.OpenedNetNS(fd, sameFile(fd, "/proc/self/ns/net")), nil
 }
 
 // sameFile reports whether fd is the file at path (namespaces are files
@@ -56,17 +57,4 @@ func sameFile(fd int, path string) bool {
 		return false
 	}
 	return a.Dev == b.Dev && a.Ino == b.Ino
-}
-
-// FD returns the namespace's file descriptor, owned by n.
-func (n *NetNS) FD() int { return n.fd }
-
-// Close closes the namespace's file descriptor. It is safe to call twice.
-func (n *NetNS) Close() error {
-	if n.fd < 0 {
-		return nil
-	}
-	err := unix.Close(n.fd)
-	n.fd = -1
-	return err
 }

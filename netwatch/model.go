@@ -549,3 +549,34 @@ func (r Rule) Equal(o Rule) bool {
 func (r Rule) String() string {
 	return strconv.FormatUint(uint64(r.Priority), 10) + ": " + render(ruleWords(r))
 }
+
+// KernelRouteFlags are the route and next-hop flags the kernel sets on its
+// own: a route whose link lost carrier is linkdown, one whose link went down
+// is dead, offload and trap come from hardware, unresolved from the
+// neighbour state, and the kernel's RTM_F_PREFIX (0x800) marks IPv6 prefix
+// routes and RTM_F_OFFLOAD_FAILED (0x20000000) a failed offload. A desired
+// route never carries them (the kernel refuses dead and linkdown in a
+// request), so Route.Matches ignores them when it compares a desired route with the
+// kernel's and a plan strips them from the routes it asks the kernel to install.
+const KernelRouteFlags = RouteDead | RouteOffload | RouteLinkdown | RouteUnresolved | RouteTrap | 0x800 | 0x20000000
+
+// Clean returns r without KernelRouteFlags, on it and its next hops: the
+// route as a request may name it.
+func (r Route) Clean() Route {
+	r.Flags &^= KernelRouteFlags
+	if r.NextHops != nil {
+		nhs := slices.Clone(r.NextHops)
+		for i := range nhs {
+			nhs[i].Flags &^= KernelRouteFlags
+		}
+		r.NextHops = nhs
+	}
+	return r
+}
+
+// Matches reports whether r and o are the same route but for
+// KernelRouteFlags: whether a desired route r is in the kernel as o.
+func (r Route) Matches(o Route) bool {
+	return r.Clean().Equal(o.Clean())
+}
+

@@ -10,6 +10,7 @@ import (
 
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"golang.org/x/sys/unix"
 )
@@ -78,7 +79,7 @@ func TestFakeOrigins(t *testing.T) {
 	sub := w.Subscribe(1024, nil)
 	defer sub.Close()
 	prog := newProgram(t, k)
-	ap, err := DialApplier(Options{Dialer: d})
+	ap, err := DialApplier(rtnl.FakeNetNS(d))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 )
 
 // batchIP is one long-lived ip(8) process in a namespace that runs the
@@ -77,7 +79,7 @@ func TestKernelOrigins(t *testing.T) {
 	ns.ip(t, "link", "set", "eth0", "up")
 	ns.ip(t, "link", "set", "eth1", "up")
 	ns.ip(t, "addr", "add", "10.0.0.5/24", "dev", "eth0")
-	w := startWatcher(t, Options{Dialer: ns.dialer()})
+	w := startWatcher(t, Options{NetNS: rtnl.FakeNetNS(ns.dialer())})
 	waitSynced(t, w, 5*time.Second)
 	sub := w.Subscribe(4096, nil)
 	defer sub.Close()
@@ -127,7 +129,7 @@ func TestKernelOrigins(t *testing.T) {
 		}
 	}
 
-	ap, err := DialApplier(Options{Dialer: ns.dialer()})
+	ap, err := DialApplier(rtnl.FakeNetNS(ns.dialer()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/marksplit/marksplit/internal/flagval"
+	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // Defaults. Table and priority 920 collide with nothing known: Cilium uses
@@ -37,7 +38,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("uplinkpin", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	uplink := fs.String("uplink", "", "the link marked packets leave by (required)")
-	mark := fs.String("mark", "", "MARK[/MASK] of the packets to pin (required)")
+	mark := fs.String("mark", "", "MARK/MASK of the packets to pin (required)")
 	table := fs.String("table", strconv.Itoa(defaultTable), "routing table owned by uplinkpin (every route in it, both families)")
 	prio := fs.String("priority", strconv.Itoa(defaultPriority), "rule priority owned by uplinkpin (every rule at it, both families)")
 	proto := fs.String("protocol", strconv.Itoa(defaultProtocol), "routing protocol number stamped on what uplinkpin installs (1-255, or an iproute2 name such as static)")
@@ -45,7 +46,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	resync := fs.Duration("resync", defaultResync, "re-read the kernel's state this often, as a safety net (0 disables)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stderr, "usage: uplinkpin --uplink LINK --mark MARK[/MASK] [flags]")
+			fmt.Fprintln(stderr, "usage: uplinkpin --uplink LINK --mark MARK/MASK [flags]")
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
 		}
@@ -56,29 +57,36 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	}
 	o := options{netns: *netns, resync: *resync}
 	c := &o.cfg
-	var err error
 	if *uplink == "" {
 		return options{}, errors.New("--uplink is required: the link marked packets leave by")
 	}
-	if err := flagval.LinkName(*uplink); err != nil {
+	if err := reconcile.LinkName(*uplink).Check(); err != nil {
 		return options{}, fmt.Errorf("--uplink %q: %w", *uplink, err)
 	}
 	c.Uplink = *uplink
 	if *mark == "" {
-		return options{}, errors.New("--mark is required: MARK[/MASK] of the packets to pin")
+		return options{}, errors.New("--mark is required: MARK/MASK of the packets to pin")
 	}
-	if c.Mark, c.Mask, err = flagval.Mark(*mark); err != nil {
+	var mm reconcile.MarkMask
+	if err := mm.Set(*mark); err != nil {
 		return options{}, fmt.Errorf("--mark %q: %w", *mark, err)
 	}
-	if c.Table, err = flagval.Table(*table); err != nil {
+	c.Mark, c.Mask = mm.Mark, mm.Mask
+	var tab reconcile.Table
+	if err := tab.Set(*table); err != nil {
 		return options{}, fmt.Errorf("--table %q: %w", *table, err)
 	}
-	if c.Priority, err = flagval.Priority(*prio); err != nil {
+	c.Table = netwatch.Table(tab)
+	var pri reconcile.Priority
+	if err := pri.Set(*prio); err != nil {
 		return options{}, fmt.Errorf("--priority %q: %w", *prio, err)
 	}
-	if c.Protocol, err = flagval.Protocol(*proto); err != nil {
+	c.Priority = uint32(pri)
+	var prot reconcile.Protocol
+	if err := prot.Set(*proto); err != nil {
 		return options{}, fmt.Errorf("--protocol %q: %w", *proto, err)
 	}
+	c.Protocol = netwatch.Protocol(prot)
 	if o.resync < 0 {
 		return options{}, fmt.Errorf("--resync %v: must not be negative", o.resync)
 	}

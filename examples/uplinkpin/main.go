@@ -19,8 +19,8 @@
 // ip rule del pref 920; ip -6 rule del pref 920`.
 //
 // It is an example of a policy embedding netwatch: watcher → on each
-// change, Read → Config.Desired → netwatch.Plan → Applier.Apply, which
-// netwatch.Reconciler does.
+// change, Read → Config.Desired → reconcile.Plan → Applier.Apply, which
+// reconcile.Reconciler does.
 package main
 
 import (
@@ -35,6 +35,7 @@ import (
 	"syscall"
 
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 func main() {
@@ -77,7 +78,7 @@ func serve(ctx context.Context, o options, log, wlog *slog.Logger) error {
 		defer ns.Close() // after the watcher and the applier, which use it
 		opts.NetNS = ns
 	}
-	a, err := netwatch.DialApplier(opts)
+	a, err := netwatch.DialApplier(opts.NetNS)
 	if err != nil {
 		return err
 	}
@@ -91,10 +92,10 @@ func serve(ctx context.Context, o options, log, wlog *slog.Logger) error {
 
 	log.Info("uplinkpin: started", "uplink", o.cfg.Uplink, "mark", o.cfg.Mark, "mask", o.cfg.Mask,
 		"table", o.cfg.Table, "priority", o.cfg.Priority)
-	r := &netwatch.Reconciler{
+	r := &reconcile.Reconciler{
 		Watcher:  w,
 		Applier:  a,
-		Policy:   func(v netwatch.View) (netwatch.Desired, bool) { return o.cfg.Desired(v), true },
+		Policy:   func(v netwatch.View) (reconcile.Desired, bool) { return o.cfg.Desired(v), true },
 		Resync:   o.resync,
 		Logger:   log,
 		Describe: netwatch.Op.DescribeWhole,

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // Config is the policy: which marked packets leave by which uplink, and the
@@ -28,8 +29,8 @@ type Config struct {
 // rule that sends marked packets to the table. Otherwise nothing for that
 // family: Plan removes what the policy owns, and marked packets follow the
 // main table.
-func (c Config) Desired(v netwatch.View) netwatch.Desired {
-	d := netwatch.Desired{Own: netwatch.Own(c.Table, c.Priority)}
+func (c Config) Desired(v netwatch.View) reconcile.Desired {
+	d := reconcile.Desired{Own: reconcile.Own(c.Table, c.Priority)}
 	link, ok := v.LinkByName(c.Uplink)
 	switch {
 	case !ok:

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 var testConfig = Config{Uplink: "eth1", Mark: 0x100, Mask: 0xff00, Table: 920, Priority: 920, Protocol: 242}
@@ -18,7 +19,7 @@ const (
 	eth1Next = 5 // eth1 after it was deleted and created again
 )
 
-var owned = netwatch.Own(920, 920)
+var owned = reconcile.Own(920, 920)
 
 func link(index uint32, name string, flags netwatch.LinkFlags) netwatch.Link {
 	return netwatch.Link{Index: index, Name: name, MTU: 1500, Flags: flags, Kind: "veth"}
@@ -59,15 +60,15 @@ func TestDesired(t *testing.T) {
 	tests := []struct {
 		name string
 		snap netwatch.Snapshot
-		want netwatch.Desired
+		want reconcile.Desired
 	}{{
 		name: "no uplink: nothing, and everything owned goes",
 		snap: netwatch.Snapshot{Links: links[:1], Routes: []netwatch.Route{primary}},
-		want: netwatch.Desired{Own: owned},
+		want: reconcile.Desired{Own: owned},
 	}, {
 		name: "the uplink's gateways of both families",
 		snap: netwatch.Snapshot{Links: links, Routes: []netwatch.Route{primary, v4, v6}},
-		want: netwatch.Desired{Own: owned,
+		want: reconcile.Desired{Own: owned,
 			Routes: []netwatch.Route{pinned(netwatch.IPv4, "192.0.2.1", eth1), pinned(netwatch.IPv6, "fe80::1", eth1)},
 			Rules:  []netwatch.Rule{rule(netwatch.IPv4), rule(netwatch.IPv6)}},
 	}, {
@@ -81,23 +82,23 @@ func TestDesired(t *testing.T) {
 			{Family: netwatch.IPv4, Table: 100, Dst: netip.MustParsePrefix("0.0.0.0/0"),
 				Gateway: netip.MustParseAddr("192.0.2.1"), Index: eth1, Type: netwatch.RouteUnicast},
 		}},
-		want: netwatch.Desired{Own: owned,
+		want: reconcile.Desired{Own: owned,
 			Routes: []netwatch.Route{pinned(netwatch.IPv6, "fe80::1", eth1)},
 			Rules:  []netwatch.Rule{rule(netwatch.IPv6)}},
 	}, {
 		name: "uplink down: nothing",
 		snap: netwatch.Snapshot{Links: []netwatch.Link{links[0], link(eth1, "eth1", 0)}, Routes: []netwatch.Route{primary, v6}},
-		want: netwatch.Desired{Own: owned},
+		want: reconcile.Desired{Own: owned},
 	}, {
 		name: "uplink without carrier: nothing",
 		snap: netwatch.Snapshot{Links: []netwatch.Link{links[0], link(eth1, "eth1", 0x1)},
 			Routes: []netwatch.Route{primary, func() netwatch.Route { r := v4; r.Flags = netwatch.RouteLinkdown; return r }()}},
-		want: netwatch.Desired{Own: owned},
+		want: reconcile.Desired{Own: owned},
 	}, {
 		name: "several default routes out of the uplink: the lowest metric",
 		snap: netwatch.Snapshot{Links: links, Routes: []netwatch.Route{
 			mainDefault(netwatch.IPv4, "192.0.2.9", eth1, 300), v4, mainDefault(netwatch.IPv4, "192.0.2.3", eth1, 250)}},
-		want: netwatch.Desired{Own: owned,
+		want: reconcile.Desired{Own: owned,
 			Routes: []netwatch.Route{pinned(netwatch.IPv4, "192.0.2.1", eth1)},
 			Rules:  []netwatch.Rule{rule(netwatch.IPv4)}},
 	}, {
@@ -108,7 +109,7 @@ func TestDesired(t *testing.T) {
 				r.Flags = netwatch.RouteOnlink
 				return r
 			}()}},
-		want: netwatch.Desired{Own: owned,
+		want: reconcile.Desired{Own: owned,
 			Routes: []netwatch.Route{func() netwatch.Route {
 				r := pinned(netwatch.IPv4, "172.31.1.1", eth1)
 				r.Flags = netwatch.RouteOnlink
@@ -123,7 +124,7 @@ func TestDesired(t *testing.T) {
 				{Gateway: netip.MustParseAddr("198.51.100.1"), Index: eth0, Weight: 1},
 				{Gateway: netip.MustParseAddr("192.0.2.7"), Index: eth1, Weight: 1, Flags: netwatch.RouteOnlink},
 			}}}},
-		want: netwatch.Desired{Own: owned,
+		want: reconcile.Desired{Own: owned,
 			Routes: []netwatch.Route{func() netwatch.Route {
 				r := pinned(netwatch.IPv4, "192.0.2.7", eth1)
 				r.Flags = netwatch.RouteOnlink
@@ -141,12 +142,12 @@ func TestDesired(t *testing.T) {
 			{Family: netwatch.IPv6, Table: netwatch.TableMain, Dst: netip.MustParsePrefix("::/0"),
 				Metric: 6, NHID: 12, Type: netwatch.RouteUnicast},
 		}},
-		want: netwatch.Desired{Own: owned},
+		want: reconcile.Desired{Own: owned},
 	}, {
 		name: "the uplink came back with another index",
 		snap: netwatch.Snapshot{Links: []netwatch.Link{links[0], link(eth1Next, "eth1", up)},
 			Routes: []netwatch.Route{primary, mainDefault(netwatch.IPv4, "192.0.2.1", eth1Next, 200)}},
-		want: netwatch.Desired{Own: owned,
+		want: reconcile.Desired{Own: owned,
 			Routes: []netwatch.Route{pinned(netwatch.IPv4, "192.0.2.1", eth1Next)},
 			Rules:  []netwatch.Rule{rule(netwatch.IPv4)}},
 	}}
@@ -154,7 +155,7 @@ func TestDesired(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got := testConfig.Desired(tt.snap.View())
 			// TestNotes checks the notes.
-			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), cmpopts.IgnoreFields(netwatch.Desired{}, "Notes")); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), cmpopts.IgnoreFields(reconcile.Desired{}, "Notes")); diff != "" {
 				t.Errorf("Desired (-want +got):\n%s", diff)
 			}
 		})
@@ -169,7 +170,7 @@ func TestDesiredPlans(t *testing.T) {
 		mainDefault(netwatch.IPv4, "192.0.2.254", eth1, 200), pinned(netwatch.IPv4, "192.0.2.1", eth1)},
 		Rules: []netwatch.Rule{rule(netwatch.IPv4)}}
 	v := before.View()
-	ops, err := netwatch.Plan(v, testConfig.Desired(v))
+	ops, err := reconcile.Plan(v, testConfig.Desired(v))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/marksplit/marksplit/internal/flagval"
+	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // Defaults. Table and priority 910 collide with nothing known: Cilium uses
@@ -49,7 +50,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	var prefixes prefixFlag
 	fs.Var(&prefixes, "prefix", "CIDR to send through the VPN link (repeatable, at least one)")
 	link := fs.String("link", defaultLink, "the VPN link")
-	mark := fs.String("mark", defaultMark, "MARK[/MASK] the VPN puts on its own packets; they bypass the table")
+	mark := fs.String("mark", defaultMark, "MARK/MASK the VPN puts on its own packets; they bypass the table")
 	table := fs.String("table", strconv.Itoa(defaultTable), "routing table owned by vpnbypass (every route in it, both families)")
 	prio := fs.String("priority", strconv.Itoa(defaultPriority), "rule priority owned by vpnbypass (every rule at it, both families)")
 	proto := fs.String("protocol", strconv.Itoa(defaultProtocol), "routing protocol number stamped on what vpnbypass installs (1-255, or an iproute2 name such as static)")
@@ -68,8 +69,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	}
 	o := options{netns: *netns, resync: *resync}
 	c := &o.cfg
-	var err error
-	if err := flagval.LinkName(*link); err != nil {
+	if err := reconcile.LinkName(*link).Check(); err != nil {
 		return options{}, fmt.Errorf("--link %q: %w", *link, err)
 	}
 	c.Link = *link
@@ -85,18 +85,26 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 			c.Prefixes = append(c.Prefixes, p)
 		}
 	}
-	if c.Mark, c.Mask, err = flagval.Mark(*mark); err != nil {
+	var mm reconcile.MarkMask
+	if err := mm.Set(*mark); err != nil {
 		return options{}, fmt.Errorf("--mark %q: %w", *mark, err)
 	}
-	if c.Table, err = flagval.Table(*table); err != nil {
+	c.Mark, c.Mask = mm.Mark, mm.Mask
+	var tab reconcile.Table
+	if err := tab.Set(*table); err != nil {
 		return options{}, fmt.Errorf("--table %q: %w", *table, err)
 	}
-	if c.Priority, err = flagval.Priority(*prio); err != nil {
+	c.Table = netwatch.Table(tab)
+	var pri reconcile.Priority
+	if err := pri.Set(*prio); err != nil {
 		return options{}, fmt.Errorf("--priority %q: %w", *prio, err)
 	}
-	if c.Protocol, err = flagval.Protocol(*proto); err != nil {
+	c.Priority = uint32(pri)
+	var prot reconcile.Protocol
+	if err := prot.Set(*proto); err != nil {
 		return options{}, fmt.Errorf("--protocol %q: %w", *proto, err)
 	}
+	c.Protocol = netwatch.Protocol(prot)
 	if o.resync < 0 {
 		return options{}, fmt.Errorf("--resync %v: must not be negative", o.resync)
 	}

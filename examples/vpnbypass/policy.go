@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // Config is the policy: which prefixes go through which VPN link, and the
@@ -29,8 +30,8 @@ type Config struct {
 // one; and, per family that has a prefix, the rule that sends every
 // packet without the VPN's mark to the table. While the link is absent or
 // down, nothing: Plan removes whatever the policy owns.
-func (c Config) Desired(v netwatch.View) netwatch.Desired {
-	d := netwatch.Desired{Own: netwatch.Own(c.Table, c.Priority)}
+func (c Config) Desired(v netwatch.View) reconcile.Desired {
+	d := reconcile.Desired{Own: reconcile.Own(c.Table, c.Priority)}
 	link, ok := v.LinkByName(c.Link)
 	switch {
 	case !ok:

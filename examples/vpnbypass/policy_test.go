@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 var testConfig = Config{
@@ -26,7 +27,7 @@ const (
 	vpnNext = 9 // the link after it was deleted and created again
 )
 
-var owned = netwatch.Own(910, 910)
+var owned = reconcile.Own(910, 910)
 
 func link(index uint32, name string, flags netwatch.LinkFlags) netwatch.Link {
 	return netwatch.Link{Index: index, Name: name, MTU: 1280, Flags: flags, Kind: "tun"}
@@ -68,18 +69,18 @@ func TestDesired(t *testing.T) {
 		name string
 		cfg  Config // testConfig when zero
 		snap netwatch.Snapshot
-		want netwatch.Desired
+		want reconcile.Desired
 	}{{
 		name: "no VPN link: nothing, and everything owned goes",
 		snap: netwatch.Snapshot{Links: []netwatch.Link{ethLink}, Addrs: []netwatch.Addr{ethAddr}},
-		want: netwatch.Desired{Own: owned},
+		want: reconcile.Desired{Own: owned},
 	}, {
 		name: "VPN link down: nothing",
 		snap: netwatch.Snapshot{
 			Links: []netwatch.Link{ethLink, link(vpn, "tailscale0", 0)},
 			Addrs: []netwatch.Addr{addr(vpn, "100.64.0.1/32", netwatch.ScopeUniverse, 0x80)},
 		},
-		want: netwatch.Desired{Own: owned},
+		want: reconcile.Desired{Own: owned},
 	}, {
 		name: "VPN link up with an address of each family",
 		snap: netwatch.Snapshot{
@@ -89,7 +90,7 @@ func TestDesired(t *testing.T) {
 				addr(vpn, "fd7a:115c:a1e0::1/128", netwatch.ScopeUniverse, 0x80),
 				addr(vpn, "fe80::1/64", netwatch.ScopeLink, 0x80)},
 		},
-		want: netwatch.Desired{Own: owned,
+		want: reconcile.Desired{Own: owned,
 			Routes: []netwatch.Route{route4("10.8.0.0/16", vpn, "100.64.0.1"), route6("fd00:8::/64", vpn, "fd7a:115c:a1e0::1")},
 			Rules:  bothRules},
 	}, {
@@ -98,7 +99,7 @@ func TestDesired(t *testing.T) {
 			Links: []netwatch.Link{link(vpn, "tailscale0", 0x1)},
 			Addrs: []netwatch.Addr{addr(vpn, "100.64.0.1/32", netwatch.ScopeUniverse, 0x80)},
 		},
-		want: netwatch.Desired{Own: owned,
+		want: reconcile.Desired{Own: owned,
 			Routes: []netwatch.Route{route4("10.8.0.0/16", vpn, "100.64.0.1"), route6("fd00:8::/64", vpn, "")},
 			Rules:  bothRules},
 	}, {
@@ -107,7 +108,7 @@ func TestDesired(t *testing.T) {
 			Links: []netwatch.Link{ethLink, link(vpn, "tailscale0", up)},
 			Addrs: []netwatch.Addr{ethAddr},
 		},
-		want: netwatch.Desired{Own: owned,
+		want: reconcile.Desired{Own: owned,
 			Routes: []netwatch.Route{route4("10.8.0.0/16", vpn, ""), route6("fd00:8::/64", vpn, "")},
 			Rules:  bothRules},
 	}, {
@@ -122,7 +123,7 @@ func TestDesired(t *testing.T) {
 				addr(vpn, "fd7a::3/128", netwatch.ScopeUniverse, 0x20),
 				addr(vpn, "fd7a::4/128", netwatch.ScopeUniverse, 0x02|0x80)},
 		},
-		want: netwatch.Desired{Own: owned,
+		want: reconcile.Desired{Own: owned,
 			Routes: []netwatch.Route{route4("10.8.0.0/16", vpn, ""), route6("fd00:8::/64", vpn, "fd7a::4")},
 			Rules:  bothRules},
 	}, {
@@ -136,7 +137,7 @@ func TestDesired(t *testing.T) {
 				addr(vpn, "fd7a::9/64", netwatch.ScopeUniverse, 0x01),
 			},
 		},
-		want: netwatch.Desired{Own: owned,
+		want: reconcile.Desired{Own: owned,
 			Routes: []netwatch.Route{route4("10.8.0.0/16", vpn, "100.64.0.3"), route6("fd00:8::/64", vpn, "fd7a::9")},
 			Rules:  bothRules},
 	}, {
@@ -149,7 +150,7 @@ func TestDesired(t *testing.T) {
 			Routes: []netwatch.Route{route4("10.8.0.0/16", vpn, "100.64.0.1")},
 			Rules:  []netwatch.Rule{rule(netwatch.IPv4)},
 		},
-		want: netwatch.Desired{Own: owned,
+		want: reconcile.Desired{Own: owned,
 			Routes: []netwatch.Route{route4("10.8.0.0/16", vpnNext, "100.64.0.1"), route6("fd00:8::/64", vpnNext, "")},
 			Rules:  bothRules},
 	}, {
@@ -163,7 +164,7 @@ func TestDesired(t *testing.T) {
 			Links: []netwatch.Link{link(vpn, "tailscale0", up)},
 			Addrs: []netwatch.Addr{addr(vpn, "100.64.0.1/32", netwatch.ScopeUniverse, 0x80)},
 		},
-		want: netwatch.Desired{Own: owned,
+		want: reconcile.Desired{Own: owned,
 			Routes: []netwatch.Route{route4("10.8.0.0/16", vpn, "100.64.0.1"), route4("0.0.0.0/0", vpn, "100.64.0.1")},
 			Rules:  []netwatch.Rule{rule(netwatch.IPv4)}},
 	}, {
@@ -172,7 +173,7 @@ func TestDesired(t *testing.T) {
 			Links: []netwatch.Link{link(vpn, "tailscale1", up)},
 			Addrs: []netwatch.Addr{addr(vpn, "100.64.0.1/32", netwatch.ScopeUniverse, 0x80)},
 		},
-		want: netwatch.Desired{Own: owned},
+		want: reconcile.Desired{Own: owned},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,7 +183,7 @@ func TestDesired(t *testing.T) {
 			}
 			got := cfg.Desired(tt.snap.View())
 			// TestNotes checks the notes.
-			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), cmpopts.IgnoreFields(netwatch.Desired{}, "Notes")); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), cmpopts.IgnoreFields(reconcile.Desired{}, "Notes")); diff != "" {
 				t.Errorf("Desired (-want +got):\n%s", diff)
 			}
 		})

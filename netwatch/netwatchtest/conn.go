@@ -340,9 +340,10 @@ func parseDatagram(b []byte) ([]netlink.Message, error) {
 
 func align(n int) int { return (n + 3) &^ 3 }
 
-// Dialer returns an rtnl.Dialer that dials k: what netwatch.Options.Dialer
-// takes, to run a watcher or an applier on the fake kernel.
-func (k *Kernel) Dialer() rtnl.Dialer { return dialer{k} }
+// NetNS returns the netwatch.NetNS of k: given to netwatch.Options.NetNS or
+// netwatch.DialApplier, it puts a Watcher or an Applier on the fake kernel.
+// It needs no closing.
+func (k *Kernel) NetNS() *rtnl.NetNS { return rtnl.FakeNetNS(dialer{k}) }
 
 type dialer struct{ k *Kernel }
 

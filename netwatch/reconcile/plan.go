@@ -1,6 +1,8 @@
-package netwatch
+package reconcile
 
 import (
+	"github.com/marksplit/marksplit/netwatch"
+
 	"cmp"
 	"errors"
 	"fmt"
@@ -22,16 +24,6 @@ type PlanError struct {
 
 func (e *PlanError) Error() string { return "netwatch: plan: " + e.Err.Error() }
 func (e *PlanError) Unwrap() error { return e.Err }
-
-// KernelRouteFlags are the route and next-hop flags the kernel sets on its
-// own: a route whose link lost carrier is linkdown, one whose link went down
-// is dead, offload and trap come from hardware, unresolved from the
-// neighbour state, and the kernel's RTM_F_PREFIX (0x800) marks IPv6 prefix
-// routes and RTM_F_OFFLOAD_FAILED (0x20000000) a failed offload. A desired
-// route never carries them (the kernel refuses dead and linkdown in a
-// request), so Plan ignores them when it compares a desired route with the
-// kernel's and strips them from the routes it asks the kernel to install.
-const KernelRouteFlags = RouteDead | RouteOffload | RouteLinkdown | RouteUnresolved | RouteTrap | 0x800 | 0x20000000
 
 // Plan returns the operations that take the kernel from v to d. It is pure:
 // no I/O, no clock, no logging.
@@ -85,7 +77,7 @@ const KernelRouteFlags = RouteDead | RouteOffload | RouteLinkdown | RouteUnresol
 // routes appended to a desired key are handled the same way. Rules at one
 // priority are added in the order given; Plan does not reorder rules the
 // kernel already holds.
-func Plan(v View, d Desired) ([]Op, error) {
+func Plan(v netwatch.View, d Desired) ([]netwatch.Op, error) {
 	if !v.Synced() {
 		return nil, fmt.Errorf("netwatch: plan: %w", ErrNotSynced)
 	}
@@ -105,35 +97,35 @@ func Plan(v View, d Desired) ([]Op, error) {
 type planner struct {
 	tables  map[OwnedTable]bool
 	prios   map[OwnedPriority]bool
-	routes  map[RouteKey]Route
-	rules   map[OwnedPriority][]Rule // deduplicated, in the order given
-	repairs map[RouteKey]Route
+	routes  map[netwatch.RouteKey]netwatch.Route
+	rules   map[OwnedPriority][]netwatch.Rule // deduplicated, in the order given
+	repairs map[netwatch.RouteKey]netwatch.Route
 
-	replaces []opGroup // desired routes, with any deletes they need first
-	ruleAdds []opGroup // rule adds, with any deletes they need first
-	fixes    []Op      // repairs
+	replaces []opGroup     // desired routes, with any deletes they need first
+	ruleAdds []opGroup     // rule adds, with any deletes they need first
+	fixes    []netwatch.Op // repairs
 	ruleDels []opGroup
-	routeDel []Op
+	routeDel []netwatch.Op
 }
 
 // opGroup is the operations for one route key or one rule priority, in
 // the order they must run.
 type opGroup struct {
-	key  RouteKey      // route groups
-	prio OwnedPriority // rule groups
-	ops  []Op
+	key  netwatch.RouteKey // route groups
+	prio OwnedPriority     // rule groups
+	ops  []netwatch.Op
 }
 
 // newPlanner checks d and indexes it: the owned scope as sets, the
 // desired routes and repairs by key, the desired rules by priority. Its
 // errors are a bug in the policy, named as the log lines name things.
-func newPlanner(v View, d Desired) (*planner, error) {
+func newPlanner(v netwatch.View, d Desired) (*planner, error) {
 	p := &planner{
 		tables:  make(map[OwnedTable]bool),
 		prios:   make(map[OwnedPriority]bool),
-		routes:  make(map[RouteKey]Route),
-		rules:   make(map[OwnedPriority][]Rule),
-		repairs: make(map[RouteKey]Route),
+		routes:  make(map[netwatch.RouteKey]netwatch.Route),
+		rules:   make(map[OwnedPriority][]netwatch.Rule),
+		repairs: make(map[netwatch.RouteKey]netwatch.Route),
 	}
 	if err := p.own(d.Own); err != nil {
 		return nil, err
@@ -170,16 +162,16 @@ func (p *planner) own(owned Owned) error {
 // wantRoutes records the desired routes by key, with the kernel's metric
 // for IPv6's 0. Each must be in an owned table, and two with one key must
 // be the same route: a key holds one desired route.
-func (p *planner) wantRoutes(v View, rs []Route) error {
+func (p *planner) wantRoutes(v netwatch.View, rs []netwatch.Route) error {
 	for _, r := range rs {
 		if err := checkRoute(r); err != nil {
 			return fmt.Errorf("%s: %w", planRouteName(v, r), err)
 		}
-		r.Metric = r.kernelMetric()
+		r.Metric = kernelMetric(r)
 		if !p.tables[OwnedTable{r.Family, r.Table}] {
 			return fmt.Errorf("%s: table %v is not owned", planRouteName(v, r), r.Table)
 		}
-		if o, ok := p.routes[r.Key()]; ok && !routesMatch(o, r) {
+		if o, ok := p.routes[r.Key()]; ok && !o.Matches(r) {
 			return fmt.Errorf("%s and %s: one key, two routes", planRouteName(v, o), planRouteName(v, r))
 		}
 		p.routes[r.Key()] = r
@@ -190,7 +182,7 @@ func (p *planner) wantRoutes(v View, rs []Route) error {
 // wantRules records the desired rules by owned priority, each once, in
 // the order given. Two that the kernel cannot hold side by side are an
 // error: one add would fail on every pass.
-func (p *planner) wantRules(rs []Rule) error {
+func (p *planner) wantRules(rs []netwatch.Rule) error {
 	for _, r := range rs {
 		o := OwnedPriority{r.Family, r.Priority}
 		if err := checkFamily(r.Family); err != nil {
@@ -218,16 +210,16 @@ func (p *planner) wantRules(rs []Rule) error {
 // wantRepairs records the repairs by key, as wantRoutes does the desired
 // routes, but each outside the owned tables: a repair changes a foreign
 // route, and an owned one is the policy's to desire.
-func (p *planner) wantRepairs(v View, rs []Route) error {
+func (p *planner) wantRepairs(v netwatch.View, rs []netwatch.Route) error {
 	for _, r := range rs {
 		if err := checkRoute(r); err != nil {
 			return fmt.Errorf("repair of %s: %w", planRouteName(v, r), err)
 		}
-		r.Metric = r.kernelMetric()
+		r.Metric = kernelMetric(r)
 		if p.tables[OwnedTable{r.Family, r.Table}] {
 			return fmt.Errorf("repair of %s: table %v is owned", planRouteName(v, r), r.Table)
 		}
-		if o, ok := p.repairs[r.Key()]; ok && !routesMatch(o, r) {
+		if o, ok := p.repairs[r.Key()]; ok && !o.Matches(r) {
 			return fmt.Errorf("repairs of %s and %s: one key, two routes", planRouteName(v, o), planRouteName(v, r))
 		}
 		p.repairs[r.Key()] = r
@@ -237,14 +229,14 @@ func (p *planner) wantRepairs(v View, rs []Route) error {
 
 // planRouteName names r in a plan error with link names, as the log lines
 // do.
-func planRouteName(v View, r Route) string {
+func planRouteName(v netwatch.View, r netwatch.Route) string {
 	return r.Family.String() + " route " + r.Describe(v.Link) + " table " + r.Table.String()
 }
 
 // checkCached refuses to plan for tables the view does not hold: an owned
 // table outside Options.RouteTables would look empty, and be filled again
 // on every pass.
-func (p *planner) checkCached(v View) error {
+func (p *planner) checkCached(v netwatch.View) error {
 	for t := range p.tables {
 		if !v.Cached(t.Table) {
 			return fmt.Errorf("owned table %v is not in the cache (the watcher's Options.RouteTables leaves it out)", t.Table)
@@ -258,18 +250,18 @@ func (p *planner) checkCached(v View) error {
 	return nil
 }
 
-func checkFamily(f Family) error {
-	if f != IPv4 && f != IPv6 {
+func checkFamily(f netwatch.Family) error {
+	if f != netwatch.IPv4 && f != netwatch.IPv6 {
 		return fmt.Errorf("family %v", f)
 	}
 	return nil
 }
 
-func checkRoute(r Route) error {
+func checkRoute(r netwatch.Route) error {
 	if err := checkFamily(r.Family); err != nil {
 		return err
 	}
-	is4 := r.Family == IPv4
+	is4 := r.Family == netwatch.IPv4
 	if !r.Dst.IsValid() || r.Dst != r.Dst.Masked() || r.Dst.Addr().Is4() != is4 {
 		return fmt.Errorf("destination is not a masked %v prefix", r.Family)
 	}
@@ -279,27 +271,8 @@ func checkRoute(r Route) error {
 	return nil
 }
 
-// clean strips KernelRouteFlags from r and its next hops.
-func clean(r Route) Route {
-	r.Flags &^= KernelRouteFlags
-	if r.NextHops != nil {
-		nhs := slices.Clone(r.NextHops)
-		for i := range nhs {
-			nhs[i].Flags &^= KernelRouteFlags
-		}
-		r.NextHops = nhs
-	}
-	return r
-}
-
-// routesMatch reports whether a desired route and a kernel route are the
-// same, ignoring KernelRouteFlags.
-func routesMatch(want, got Route) bool {
-	return clean(want).Equal(clean(got))
-}
-
-func (p *planner) planRoutes(v View) {
-	keys := make(map[RouteKey]bool)
+func (p *planner) planRoutes(v netwatch.View) {
+	keys := make(map[netwatch.RouteKey]bool)
 	for t := range p.tables {
 		for r := range v.Routes(t.Family, t.Table) {
 			keys[r.Key()] = true
@@ -315,7 +288,7 @@ func (p *planner) planRoutes(v View) {
 			// Deleting in kernel order removes the first route with the
 			// key each time: the one named.
 			for _, r := range cur {
-				p.routeDel = append(p.routeDel, Op{Kind: RouteDelete, Route: r})
+				p.routeDel = append(p.routeDel, netwatch.Op{Kind: netwatch.RouteDelete, Route: r})
 			}
 			continue
 		}
@@ -324,26 +297,26 @@ func (p *planner) planRoutes(v View) {
 }
 
 // planKey plans a desired key: keep or replace, and delete the extras.
-func (p *planner) planKey(k RouteKey, cur []Route, want Route) {
-	want = clean(want)
-	var first, dels []Op
-	if i := slices.IndexFunc(cur, func(r Route) bool { return routesMatch(want, r) }); i >= 0 {
+func (p *planner) planKey(k netwatch.RouteKey, cur []netwatch.Route, want netwatch.Route) {
+	want = want.Clean()
+	var first, dels []netwatch.Op
+	if i := slices.IndexFunc(cur, func(r netwatch.Route) bool { return want.Matches(r) }); i >= 0 {
 		for j, r := range cur {
 			if j != i {
-				dels = append(dels, Op{Kind: RouteDelete, Route: r})
+				dels = append(dels, netwatch.Op{Kind: netwatch.RouteDelete, Route: r})
 			}
 		}
 	} else {
-		op := Op{Kind: RouteReplace, Route: want}
+		op := netwatch.Op{Kind: netwatch.RouteReplace, Route: want}
 		if len(cur) > 0 {
 			op.Was, op.HasWas = cur[0], true
 			for _, r := range cur[1:] {
-				dels = append(dels, Op{Kind: RouteDelete, Route: r})
+				dels = append(dels, netwatch.Op{Kind: netwatch.RouteDelete, Route: r})
 			}
 		}
 		first = append(first, op)
 	}
-	if got := simulateRoutes(cur, append(slices.Clone(first), dels...)); len(got) == 1 && routesMatch(want, got[0]) {
+	if got := simulateRoutes(cur, append(slices.Clone(first), dels...)); len(got) == 1 && want.Matches(got[0]) {
 		if len(first) > 0 {
 			p.replaces = append(p.replaces, opGroup{key: k, ops: first})
 		}
@@ -353,29 +326,29 @@ func (p *planner) planKey(k RouteKey, cur []Route, want Route) {
 	// An extra route names fewer attributes than the desired route ahead
 	// of it, so deleting it would remove the desired one: delete every
 	// route with the key in kernel order, then add the desired one.
-	var ops []Op
+	var ops []netwatch.Op
 	for _, r := range cur {
-		ops = append(ops, Op{Kind: RouteDelete, Route: r})
+		ops = append(ops, netwatch.Op{Kind: netwatch.RouteDelete, Route: r})
 	}
-	ops = append(ops, Op{Kind: RouteReplace, Route: want})
+	ops = append(ops, netwatch.Op{Kind: netwatch.RouteReplace, Route: want})
 	p.replaces = append(p.replaces, opGroup{key: k, ops: ops})
 }
 
 // simulateRoutes applies route operations to the routes of one key, the
 // way the kernel does: a replace replaces the first route, a delete removes
 // the first route that matches what it names.
-func simulateRoutes(cur []Route, ops []Op) []Route {
+func simulateRoutes(cur []netwatch.Route, ops []netwatch.Op) []netwatch.Route {
 	rs := slices.Clone(cur)
 	for _, op := range ops {
 		switch op.Kind {
-		case RouteReplace:
+		case netwatch.RouteReplace:
 			if len(rs) == 0 {
 				rs = append(rs, op.Route)
 			} else {
 				rs[0] = op.Route
 			}
-		case RouteDelete:
-			if i := slices.IndexFunc(rs, func(r Route) bool { return routeDeleteHits(op.Route, r) }); i >= 0 {
+		case netwatch.RouteDelete:
+			if i := slices.IndexFunc(rs, func(r netwatch.Route) bool { return routeDeleteHits(op.Route, r) }); i >= 0 {
 				rs = slices.Delete(rs, i, i+1)
 			}
 		}
@@ -388,11 +361,11 @@ func simulateRoutes(cur []Route, ops []Op) []Route {
 // attributes the request sets; Apply sends the scope as the wildcard and no
 // metrics, expiry, preference or undecoded attributes. The model errs towards matching: a route it says is hit may in
 // fact be spared, never the reverse.
-func routeDeleteHits(del, r Route) bool {
+func routeDeleteHits(del, r netwatch.Route) bool {
 	switch {
 	case del.Key() != r.Key():
 		return false
-	case del.Type != RouteUnspec && del.Type != r.Type:
+	case del.Type != netwatch.RouteUnspec && del.Type != r.Type:
 		return false
 	case del.Gateway.IsValid() && del.Gateway != r.Gateway:
 		return false
@@ -404,17 +377,17 @@ func routeDeleteHits(del, r Route) bool {
 		return false
 	case del.NHID != 0 && del.NHID != r.NHID:
 		return false
-	case del.Flow != 0 && del.Flow != r.Flow, del.Encap != (Encap{}) && del.Encap != r.Encap:
+	case del.Flow != 0 && del.Flow != r.Flow, del.Encap != (netwatch.Encap{}) && del.Encap != r.Encap:
 		return false
-	case del.NextHops != nil && !slices.Equal(clean(del).NextHops, clean(r).NextHops):
+	case del.NextHops != nil && !slices.Equal(del.Clean().NextHops, r.Clean().NextHops):
 		return false
 	}
 	return true
 }
 
-func (p *planner) planRules(v View) {
+func (p *planner) planRules(v netwatch.View) {
 	for o := range p.prios {
-		var cur []Rule
+		var cur []netwatch.Rule
 		for r := range v.Rules(o.Family) {
 			if r.Priority == o.Priority {
 				cur = append(cur, r)
@@ -425,9 +398,9 @@ func (p *planner) planRules(v View) {
 }
 
 // planPriority plans the rules at one owned priority.
-func (p *planner) planPriority(o OwnedPriority, cur, want []Rule) {
+func (p *planner) planPriority(o OwnedPriority, cur, want []netwatch.Rule) {
 	kept := make([]bool, len(cur))
-	var missing []Rule
+	var missing []netwatch.Rule
 	for _, w := range want {
 		// The desired rules are pairwise different, so each keeps its
 		// own instance: the first one the kernel holds.
@@ -437,12 +410,12 @@ func (p *planner) planPriority(o OwnedPriority, cur, want []Rule) {
 			missing = append(missing, w)
 		}
 	}
-	var adds, strays, all, readd []Op
+	var adds, strays, all, readd []netwatch.Op
 	for _, w := range missing {
-		adds = append(adds, Op{Kind: RuleAdd, Rule: w})
+		adds = append(adds, netwatch.Op{Kind: netwatch.RuleAdd, Rule: w})
 	}
 	for i, r := range cur {
-		del := Op{Kind: RuleDelete, Rule: r}
+		del := netwatch.Op{Kind: netwatch.RuleDelete, Rule: r}
 		all = append(all, del)
 		if !kept[i] {
 			strays = append(strays, del)
@@ -452,9 +425,9 @@ func (p *planner) planPriority(o OwnedPriority, cur, want []Rule) {
 		return
 	}
 	for _, w := range want {
-		readd = append(readd, Op{Kind: RuleAdd, Rule: w})
+		readd = append(readd, netwatch.Op{Kind: netwatch.RuleAdd, Rule: w})
 	}
-	ok := func(ops ...[]Op) bool { return rulesAre(simulateRules(cur, slices.Concat(ops...)), want) }
+	ok := func(ops ...[]netwatch.Op) bool { return rulesAre(simulateRules(cur, slices.Concat(ops...)), want) }
 	switch {
 	case ok(adds, strays):
 		// Make before break: the adds go with the adds, the deletes
@@ -476,12 +449,12 @@ func (p *planner) planPriority(o OwnedPriority, cur, want []Rule) {
 
 // rulesAre reports whether rs holds each rule of want exactly once and
 // nothing else.
-func rulesAre(rs, want []Rule) bool {
+func rulesAre(rs, want []netwatch.Rule) bool {
 	if len(rs) != len(want) {
 		return false
 	}
 	for _, w := range want {
-		if n := len(slices.DeleteFunc(slices.Clone(rs), func(r Rule) bool { return !r.Equal(w) })); n != 1 {
+		if n := len(slices.DeleteFunc(slices.Clone(rs), func(r netwatch.Rule) bool { return !r.Equal(w) })); n != 1 {
 			return false
 		}
 	}
@@ -492,16 +465,16 @@ func rulesAre(rs, want []Rule) bool {
 // way the kernel does: an exclusive add of a rule that collides is a no-op
 // (EEXIST), a new rule goes after the others at its priority, and a delete
 // removes the first rule that matches what it names.
-func simulateRules(cur []Rule, ops []Op) []Rule {
+func simulateRules(cur []netwatch.Rule, ops []netwatch.Op) []netwatch.Rule {
 	rs := slices.Clone(cur)
 	for _, op := range ops {
 		switch op.Kind {
-		case RuleAdd:
-			if !slices.ContainsFunc(rs, func(r Rule) bool { return ruleAddCollides(op.Rule, r) }) {
+		case netwatch.RuleAdd:
+			if !slices.ContainsFunc(rs, func(r netwatch.Rule) bool { return ruleAddCollides(op.Rule, r) }) {
 				rs = append(rs, op.Rule)
 			}
-		case RuleDelete:
-			if i := slices.IndexFunc(rs, func(r Rule) bool { return ruleDeleteHits(op.Rule, r) }); i >= 0 {
+		case netwatch.RuleDelete:
+			if i := slices.IndexFunc(rs, func(r netwatch.Rule) bool { return ruleDeleteHits(op.Rule, r) }); i >= 0 {
 				rs = slices.Delete(rs, i, i+1)
 			}
 		}
@@ -514,9 +487,9 @@ func simulateRules(cur []Rule, ops []Op) []Rule {
 // attribute the request leaves unset matches anything; "not" (a header
 // flag) and the goto target are not compared. A rule's undecoded
 // attributes are sent with it; the model takes them as one selector.
-func ruleDeleteHits(del, r Rule) bool {
+func ruleDeleteHits(del, r netwatch.Rule) bool {
 	return del.Family == r.Family && del.Priority == r.Priority &&
-		(del.Action == ActionUnspec || del.Action == r.Action) &&
+		(del.Action == netwatch.ActionUnspec || del.Action == r.Action) &&
 		(del.Table == 0 || del.Table == r.Table) &&
 		(del.IIF == "" || del.IIF == r.IIF) &&
 		(del.OIF == "" || del.OIF == r.OIF) &&
@@ -529,8 +502,8 @@ func ruleDeleteHits(del, r Rule) bool {
 		(!del.UID.Set || del.UID == r.UID) &&
 		(del.IPProto == 0 || del.IPProto == r.IPProto) &&
 		(del.Protocol == 0 || del.Protocol == r.Protocol) &&
-		(del.SPort == PortRange{} || del.SPort == r.SPort) &&
-		(del.DPort == PortRange{} || del.DPort == r.DPort) &&
+		(del.SPort == netwatch.PortRange{} || del.SPort == r.SPort) &&
+		(del.DPort == netwatch.PortRange{} || del.DPort == r.DPort) &&
 		(del.Attrs == "" || del.Attrs == r.Attrs) &&
 		ruleSelectorsMatch(del, r)
 }
@@ -539,7 +512,7 @@ func ruleDeleteHits(del, r Rule) bool {
 // because r exists, as the kernel's rule_exists decides: every attribute
 // equal except "not" and the goto target, and the selectors (from, to,
 // tos, realms) compared only where n sets them.
-func ruleAddCollides(n, r Rule) bool {
+func ruleAddCollides(n, r netwatch.Rule) bool {
 	nm, rm := n.Mask, r.Mask
 	if n.Mark != 0 && nm == 0 {
 		nm = 0xffffffff // the kernel's default mask for a mark
@@ -558,25 +531,25 @@ func ruleAddCollides(n, r Rule) bool {
 // ruleSelectorsMatch is the family's compare hook (fib4_rule_compare,
 // fib6_rule_compare): source, destination, tos and realms, each compared
 // only when the request sets it.
-func ruleSelectorsMatch(req, r Rule) bool {
+func ruleSelectorsMatch(req, r netwatch.Rule) bool {
 	return (!req.Src.IsValid() || req.Src.Bits() == 0 || req.Src == r.Src) &&
 		(!req.Dst.IsValid() || req.Dst.Bits() == 0 || req.Dst == r.Dst) &&
 		(req.TOS == 0 || req.TOS == r.TOS) &&
 		(req.Flow == 0 || req.Flow == r.Flow)
 }
 
-func (p *planner) planRepairs(v View) {
+func (p *planner) planRepairs(v netwatch.View) {
 	for k, rep := range p.repairs {
 		cur := v.Route(k)
-		if len(cur) == 0 || slices.ContainsFunc(cur, func(r Route) bool { return routesMatch(rep, r) }) {
+		if len(cur) == 0 || slices.ContainsFunc(cur, func(r netwatch.Route) bool { return rep.Matches(r) }) {
 			continue
 		}
 		// A replace changes the first route with the key.
-		p.fixes = append(p.fixes, Op{Kind: RouteReplace, Route: clean(rep), Was: cur[0], HasWas: true, Repair: true})
+		p.fixes = append(p.fixes, netwatch.Op{Kind: netwatch.RouteReplace, Route: rep.Clean(), Was: cur[0], HasWas: true, Repair: true})
 	}
 }
 
-func (p *planner) ops() []Op {
+func (p *planner) ops() []netwatch.Op {
 	// Desired routes: more specific first.
 	slices.SortFunc(p.replaces, func(a, b opGroup) int {
 		return cmp.Or(
@@ -588,11 +561,11 @@ func (p *planner) ops() []Op {
 	}
 	slices.SortFunc(p.ruleAdds, byPrio)
 	slices.SortFunc(p.ruleDels, byPrio)
-	slices.SortFunc(p.fixes, func(a, b Op) int { return a.Route.Key().Compare(b.Route.Key()) })
+	slices.SortFunc(p.fixes, func(a, b netwatch.Op) int { return a.Route.Key().Compare(b.Route.Key()) })
 	// Route deletes by key; routes with one key stay in kernel order.
-	slices.SortStableFunc(p.routeDel, func(a, b Op) int { return a.Route.Key().Compare(b.Route.Key()) })
+	slices.SortStableFunc(p.routeDel, func(a, b netwatch.Op) int { return a.Route.Key().Compare(b.Route.Key()) })
 
-	var ops []Op
+	var ops []netwatch.Op
 	for _, g := range p.replaces {
 		ops = append(ops, g.ops...)
 	}
@@ -604,4 +577,13 @@ func (p *planner) ops() []Op {
 		ops = append(ops, g.ops...)
 	}
 	return append(ops, p.routeDel...)
+}
+
+// kernelMetric is the metric the kernel stores for r when asked to
+// install it: an IPv6 route's 0 is IPv6DefaultMetric.
+func kernelMetric(r netwatch.Route) uint32 {
+	if r.Family == netwatch.IPv6 && r.Metric == 0 {
+		return netwatch.IPv6DefaultMetric
+	}
+	return r.Metric
 }

@@ -1,32 +1,31 @@
 //go:build linux
 
-package netwatch
+package reconcile
 
 import (
+	"github.com/marksplit/marksplit/netwatch"
+
 	"fmt"
 	"time"
 )
 
 // objectID names one kernel object for the per-object rate limit and for
-// fights: a route by its key, a rule by its encoding (rules have no key).
+// fights: a route by its key, a rule by all of it (rules have no key).
 type objectID struct {
-	route RouteKey
-	rule  string
+	route netwatch.RouteKey
+	rule  netwatch.Rule
 }
 
-func opObjectID(op Op) objectID {
-	if op.Kind == RuleAdd || op.Kind == RuleDelete {
+func opObjectID(op netwatch.Op) objectID {
+	if op.Kind == netwatch.RuleAdd || op.Kind == netwatch.RuleDelete {
 		return ruleID(op.Rule)
 	}
 	return objectID{route: op.Route.Key()}
 }
 
-func ruleID(r Rule) objectID {
-	b, err := encodeRule(r)
-	if err != nil {
-		return objectID{rule: r.String()}
-	}
-	return objectID{rule: string(b)}
+func ruleID(r netwatch.Rule) objectID {
+	r.State = 0 // the kernel's, not part of the rule
+	return objectID{rule: r}
 }
 
 // object is what the Reconciler knows of an object it has changed.
@@ -44,18 +43,15 @@ type object struct {
 	undos       int
 	first, last time.Time // of the episode's first and last undo
 	maxGap      time.Duration
-	by          Origin
+	by          netwatch.Origin
 	fighting    bool
 }
 
 // observe reads the journal since the last pass: who changed the objects
 // the Reconciler made.
-func (l *loop) observe(v View, now time.Time) {
-	if v.j == nil {
-		return
-	}
-	entries, complete := v.j.entries(l.mark)
-	l.mark = v.j.next
+func (l *loop) observe(v netwatch.View, now time.Time) {
+	entries, complete := v.Changes(l.mark)
+	l.mark = v.Mark()
 	if !complete {
 		// Changes were lost to the journal: whoever made them, they are
 		// not counted as undos.
@@ -68,11 +64,11 @@ func (l *loop) observe(v View, now time.Time) {
 	}
 	for e := range entries {
 		var id objectID
-		switch e.ev.Kind {
-		case KindRoute:
-			id = objectID{route: e.ev.Route.Key()}
-		case KindRule:
-			id = ruleID(e.ev.Rule)
+		switch e.Kind {
+		case netwatch.KindRoute:
+			id = objectID{route: e.Route.Key()}
+		case netwatch.KindRule:
+			id = ruleID(e.Rule)
 		default:
 			continue
 		}
@@ -80,11 +76,11 @@ func (l *loop) observe(v View, now time.Time) {
 		if o == nil {
 			continue
 		}
-		switch or := e.ev.Origin; {
-		case or.Kind == OriginSelf, or.Kind == OriginProgram && or.Port == l.port:
+		switch or := e.Origin; {
+		case or.Kind == netwatch.OriginSelf, or.Kind == netwatch.OriginProgram && or.Port == l.port:
 			// Our own change, seen again.
-		case or.Kind == OriginProgram:
-			if o.made && !e.created {
+		case or.Kind == netwatch.OriginProgram:
+			if o.made && !e.Created {
 				l.undo(o, or, now)
 			}
 			o.made = false
@@ -98,7 +94,7 @@ func (l *loop) observe(v View, now time.Time) {
 
 // admit takes a token for each operation in order and returns how many
 // may run now: the rest wait for their objects' buckets to refill.
-func (l *loop) admit(ops []Op, texts []string, now time.Time) int {
+func (l *loop) admit(ops []netwatch.Op, texts []string, now time.Time) int {
 	for i, op := range ops {
 		id := opObjectID(op)
 		o := l.objs[id]
@@ -118,14 +114,14 @@ func (l *loop) admit(ops []Op, texts []string, now time.Time) int {
 }
 
 // made records that the kernel holds op's object as op made it.
-func (l *loop) made(op Op, now time.Time) {
+func (l *loop) made(op netwatch.Op, now time.Time) {
 	if o := l.objs[opObjectID(op)]; o != nil {
 		o.made, o.touched = true, now
 	}
 }
 
 // undo counts an undo of o by another program.
-func (l *loop) undo(o *object, by Origin, now time.Time) {
+func (l *loop) undo(o *object, by netwatch.Origin, now time.Time) {
 	if o.undos > 0 && now.Sub(o.last) > fightGap {
 		o.undos, o.maxGap = 0, 0
 	}
@@ -193,10 +189,10 @@ func (l *loop) sweep(now time.Time) (next time.Time) {
 }
 
 // objectName names op's object in a few words, for a metric label.
-func objectName(op Op) string {
-	if op.Kind == RuleAdd || op.Kind == RuleDelete {
+func objectName(op netwatch.Op) string {
+	if op.Kind == netwatch.RuleAdd || op.Kind == netwatch.RuleDelete {
 		s := fmt.Sprintf("rule %d", op.Rule.Priority)
-		if op.Rule.Family == IPv6 {
+		if op.Rule.Family == netwatch.IPv6 {
 			s += " inet6"
 		}
 		return s
@@ -205,18 +201,18 @@ func objectName(op Op) string {
 }
 
 // objectText names op's object as a log line does.
-func objectText(op Op, links func(uint32) (Link, bool)) string {
+func objectText(op netwatch.Op, links func(uint32) (netwatch.Link, bool)) string {
 	switch {
-	case op.Kind == RuleAdd || op.Kind == RuleDelete:
-		return ruleHead(op.Rule) + ": " + render(without(ruleWords(op.Rule), "proto"))
+	case op.Kind == netwatch.RuleAdd || op.Kind == netwatch.RuleDelete:
+		return netwatch.Op{Kind: netwatch.RuleAdd, Rule: op.Rule}.Describe(links)
 	case op.Repair:
 		s := op.Route.Protocol.String() + " route " + op.Route.Describe(links)
-		if op.Route.Table != TableMain {
+		if op.Route.Table != netwatch.TableMain {
 			s += " table " + op.Route.Table.String()
 		}
 		return s
 	}
-	return "table " + op.Route.Table.String() + ": " + op.Route.Describe(links)
+	return netwatch.Op{Kind: netwatch.RouteReplace, Route: op.Route}.Describe(links)
 }
 
 // roundDuration rounds d for a log line: to the millisecond below a

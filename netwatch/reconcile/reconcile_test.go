@@ -1,8 +1,10 @@
 //go:build linux
 
-package netwatch
+package reconcile
 
 import (
+	"github.com/marksplit/marksplit/netwatch"
+
 	"context"
 	"errors"
 	"fmt"
@@ -26,22 +28,22 @@ import (
 // tunnelPolicy wants, in table 900, 10.0.0.0/16 and 10.1.0.0/16 via
 // 10.0.0.1 dev eth0 at cilium_wg0's MTU, and the IPv4 rule at 900; the
 // IPv6 route and rule that fakeHost has at 900 are to go.
-func tunnelPolicy(eth uint32) func(View) (Desired, bool) {
-	return func(v View) (Desired, bool) {
+func tunnelPolicy(eth uint32) func(netwatch.View) (Desired, bool) {
+	return func(v netwatch.View) (Desired, bool) {
 		wg, ok := v.LinkByName("cilium_wg0")
 		if !ok {
 			return Desired{}, false
 		}
 		d := Desired{Own: Owned{
-			Tables:     []OwnedTable{{IPv4, 900}, {IPv6, 900}},
-			Priorities: []OwnedPriority{{IPv4, 900}, {IPv6, 900}},
+			Tables:     []OwnedTable{{netwatch.IPv4, 900}, {netwatch.IPv6, 900}},
+			Priorities: []OwnedPriority{{netwatch.IPv4, 900}, {netwatch.IPv6, 900}},
 		}}
 		for _, dst := range []string{"10.0.0.0/16", "10.1.0.0/16"} {
-			d.Routes = append(d.Routes, Route{Family: IPv4, Table: 900, Dst: netip.MustParsePrefix(dst),
+			d.Routes = append(d.Routes, netwatch.Route{Family: netwatch.IPv4, Table: 900, Dst: netip.MustParsePrefix(dst),
 				Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth, PrefSrc: netip.MustParseAddr("10.0.0.5"),
-				MTU: wg.MTU, Protocol: 77, Scope: ScopeUniverse, Type: RouteUnicast})
+				MTU: wg.MTU, Protocol: 77, Scope: netwatch.ScopeUniverse, Type: netwatch.RouteUnicast})
 		}
-		d.Rules = append(d.Rules, Rule{Family: IPv4, Priority: 900, Table: 900, Action: ActionToTable,
+		d.Rules = append(d.Rules, netwatch.Rule{Family: netwatch.IPv4, Priority: 900, Table: 900, Action: netwatch.ActionToTable,
 			Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77})
 		return d, true
 	}
@@ -81,7 +83,7 @@ func (h *logRecorder) take() []string {
 
 // passResult is what OnPass reports.
 type passResult struct {
-	applied []Op
+	applied []netwatch.Op
 	err     error
 }
 
@@ -90,8 +92,8 @@ type passResult struct {
 // return nil within a second of the test's end.
 func startReconciler(t *testing.T, k *netwatchtest.Kernel, r *Reconciler) (<-chan passResult, *logRecorder) {
 	t.Helper()
-	w, _ := startFake(t, k, Options{})
-	a, err := DialApplier(Options{Dialer: &fakeDialer{k: k}})
+	w := startWatcher(t, k, netwatch.Options{})
+	a, err := netwatch.DialApplier(k.NetNS())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,14 +144,14 @@ func nextPass(t *testing.T, passes <-chan passResult, what string) passResult {
 }
 
 // describeAll describes ops with the fake kernel's link names.
-func describeAll(k *netwatchtest.Kernel, ops []Op) []string {
-	links := func(index uint32) (Link, bool) {
+func describeAll(k *netwatchtest.Kernel, ops []netwatch.Op) []string {
+	links := func(index uint32) (netwatch.Link, bool) {
 		for _, l := range k.Links() {
 			if l.Index == index {
-				return Link{Index: index, Name: l.Name}, true
+				return netwatch.Link{Index: index, Name: l.Name}, true
 			}
 		}
-		return Link{}, false
+		return netwatch.Link{}, false
 	}
 	var s []string
 	for _, op := range ops {
@@ -223,8 +225,8 @@ func TestReconcilerRetries(t *testing.T) {
 	if !errors.Is(first.err, unix.EPERM) {
 		t.Fatalf("first pass: err %v, want EPERM", first.err)
 	}
-	var ae *ApplyError
-	if !errors.As(first.err, &ae) || ae.Op.Kind != RouteReplace || ae.Op.Route.Table != 900 {
+	var ae *netwatch.ApplyError
+	if !errors.As(first.err, &ae) || ae.Op.Kind != netwatch.RouteReplace || ae.Op.Route.Table != 900 {
 		t.Errorf("first pass: err %#v, want an *ApplyError of the route replace", first.err)
 	}
 	second := nextPass(t, passes, "retry")
@@ -262,9 +264,9 @@ func TestReconcilerRetries(t *testing.T) {
 // and Run still returns at cancellation.
 func TestReconcilerWaits(t *testing.T) {
 	k, eth := fakeHost(t)
-	before := fakeStateOf(k)
+	before := k.Rules()
 	asked := make(chan struct{}, 1)
-	passes, _ := startReconciler(t, k, &Reconciler{Policy: func(v View) (Desired, bool) {
+	passes, _ := startReconciler(t, k, &Reconciler{Policy: func(v netwatch.View) (Desired, bool) {
 		select {
 		case asked <- struct{}{}:
 		default:
@@ -285,8 +287,8 @@ func TestReconcilerWaits(t *testing.T) {
 		t.Fatalf("a pass did something: %+v", p)
 	default:
 	}
-	after := fakeStateOf(k)
-	if diff := gocmp.Diff(before.Rules, after.Rules); diff != "" {
+	after := k.Rules()
+	if diff := gocmp.Diff(fmt.Sprint(before), fmt.Sprint(after)); diff != "" {
 		t.Errorf("rules changed (-before +after):\n%s", diff)
 	}
 }
@@ -324,7 +326,7 @@ func TestReconcilerResync(t *testing.T) {
 func TestReconcilerIncomplete(t *testing.T) {
 	for _, r := range []*Reconciler{
 		{},
-		{Watcher: New(Options{}), Policy: func(View) (Desired, bool) { return Desired{}, false }},
+		{Watcher: netwatch.New(netwatch.Options{}), Policy: func(netwatch.View) (Desired, bool) { return Desired{}, false }},
 	} {
 		if err := r.Run(context.Background()); !errors.Is(err, errIncomplete) {
 			t.Errorf("Run(%+v): %v, want errIncomplete", r, err)
@@ -336,7 +338,11 @@ func TestReconcilerIncomplete(t *testing.T) {
 // until stop is closed, and counts its successful deletions.
 func hotDeleter(t *testing.T, k *netwatchtest.Kernel, rule netwatchtest.Rule, stop <-chan struct{}) <-chan int {
 	t.Helper()
-	prog := newProgram(t, k)
+	prog, err := k.DialProgram()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prog.Close() })
 	n := make(chan int, 1)
 	go func() {
 		deleted := 0
@@ -371,7 +377,7 @@ func TestReconcilerFight(t *testing.T) {
 	}}
 	passes, rec := startReconciler(t, k, r)
 	nextPass(t, passes, "initial")
-	rule := Rule{Family: IPv4, Priority: 900, Table: 900, Action: ActionToTable, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}
+	rule := netwatch.Rule{Family: netwatch.IPv4, Priority: 900, Table: 900, Action: netwatch.ActionToTable, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}
 
 	stop := make(chan struct{})
 	start := time.Now()
@@ -403,7 +409,7 @@ func TestReconcilerFight(t *testing.T) {
 	fmu.Lock()
 	got := fights
 	fmu.Unlock()
-	if got[0].Over || !got[1].Over || got[0].Object != "rule 900" || got[0].By.Kind != OriginProgram || got[0].Undos < fightUndos {
+	if got[0].Over || !got[1].Over || got[0].Object != "rule 900" || got[0].By.Kind != netwatch.OriginProgram || got[0].Undos < fightUndos {
 		t.Errorf("fights: %+v; want a start and an end, on rule 900, by the program", got)
 	}
 	warns := 0
@@ -449,7 +455,7 @@ func TestReconcilerKernelFlushIsNoFight(t *testing.T) {
 	}
 }
 
-func waitRule(t *testing.T, k *netwatchtest.Kernel, r Rule, what string) {
+func waitRule(t *testing.T, k *netwatchtest.Kernel, r netwatch.Rule, what string) {
 	t.Helper()
 	if !netwatchtest.Poll(func() bool {
 		for _, kr := range k.Rules() {
@@ -487,8 +493,8 @@ func waitFights(t *testing.T, mu *sync.Mutex, fights *[]Fight, n int) {
 // filled again on every pass.
 func TestReconcilerTableNotCached(t *testing.T) {
 	k, eth := fakeHost(t)
-	w, _ := startFake(t, k, Options{RouteTables: []Table{TableMain}})
-	a, err := DialApplier(Options{Dialer: &fakeDialer{k: k}})
+	w := startWatcher(t, k, netwatch.Options{RouteTables: []netwatch.Table{netwatch.TableMain}})
+	a, err := netwatch.DialApplier(k.NetNS())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,37 +542,6 @@ func TestReconcilerTableNotCached(t *testing.T) {
 	}
 }
 
-// TestSubscribeStartMayAsk: Subscribe's start runs under the read lock only:
-// it may ask the watcher whether it is synced and for its stats, and
-// events made meanwhile are neither lost nor doubled.
-func TestSubscribeStartMayAsk(t *testing.T) {
-	k, eth := fakeHost(t)
-	w, _ := startFake(t, k, Options{})
-	waitFake(t, w, k, "initial sync")
-	var routes int
-	sub := w.Subscribe(64, func(v View) {
-		if !w.Synced() || w.Stats().Generation == 0 {
-			t.Error("not synced inside start")
-		}
-		if w.Changed() == nil { // taking it must not block
-			t.Error("no Changed channel")
-		}
-		routes = v.RouteCount(IPv4)
-	})
-	defer sub.Close()
-	if err := k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case ev := <-sub.Events():
-		if ev.Route.Dst != netip.MustParsePrefix("10.7.0.0/16") || routes == 0 {
-			t.Errorf("first event %+v after a start view of %d routes", ev, routes)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no event")
-	}
-}
-
 // TestReconcilerNotes: the Reconciler logs each of the policy's notes once
 // while it holds, and again when it comes back.
 func TestReconcilerNotes(t *testing.T) {
@@ -575,7 +550,7 @@ func TestReconcilerNotes(t *testing.T) {
 	say := func(n string) { note.Store(&n) }
 	say("link wg9 not found")
 	calls := make(chan struct{}, 100)
-	r := &Reconciler{Policy: func(v View) (Desired, bool) {
+	r := &Reconciler{Policy: func(v netwatch.View) (Desired, bool) {
 		d := Desired{Own: Own(901, 901)}
 		if n := *note.Load(); n != "" {
 			d.Notes = []string{n, "another note"}

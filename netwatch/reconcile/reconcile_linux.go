@@ -1,8 +1,10 @@
 //go:build linux
 
-package netwatch
+package reconcile
 
 import (
+	"github.com/marksplit/marksplit/netwatch"
+
 	"context"
 	"errors"
 	"fmt"
@@ -50,17 +52,17 @@ import (
 type Reconciler struct {
 	// Watcher is the cache the policy reads. The caller runs its Run for
 	// as long as the Reconciler's; the first pass waits for its sync.
-	Watcher *Watcher
+	Watcher *netwatch.Watcher
 	// Applier makes the changes. The Reconciler uses it from Run's
 	// goroutine alone.
-	Applier *Applier
+	Applier *netwatch.Applier
 	// Policy returns the desired state for a synced view. ok false means
 	// it cannot tell yet (it waits for something outside the view, such as
 	// a mode read from elsewhere: call Trigger when that arrives) and
 	// nothing is changed; ok true with an empty Desired means remove
 	// everything owned. It runs while the cache is read-locked: it must not
 	// block or call the Watcher's methods, and must use only the view.
-	Policy func(View) (d Desired, ok bool)
+	Policy func(netwatch.View) (d Desired, ok bool)
 	// Resync, when positive, asks the watcher for a full re-dump this
 	// often, as a safety net for what events miss.
 	Resync time.Duration
@@ -69,10 +71,10 @@ type Reconciler struct {
 	Logger *slog.Logger
 	// Describe renders an operation as its log line; nil means
 	// Op.Describe.
-	Describe func(op Op, links func(index uint32) (Link, bool)) string
+	Describe func(op netwatch.Op, links func(index uint32) (netwatch.Link, bool)) string
 	// OnChange, when set, receives each change the kernel did not already
 	// have, with its line, instead of the Logger.
-	OnChange func(op Op, line string)
+	OnChange func(op netwatch.Op, line string)
 	// OnPass, when set, is called after each pass with what it did (for
 	// metrics, and for tests to wait on).
 	OnPass func(Pass)
@@ -107,7 +109,7 @@ type Pass struct {
 	// Applied are the operations the kernel carried out; Already those it
 	// already had (an add of what existed, a delete of what was gone),
 	// which are not logged; Failed the one it refused (Err says why).
-	Applied, Already, Failed []Op
+	Applied, Already, Failed []netwatch.Op
 	// Deferred counts the operations left for a later pass by the
 	// per-object rate limit.
 	Deferred int
@@ -124,7 +126,7 @@ type Fight struct {
 	// Line is the object as the log line names it.
 	Line string
 	// By is the program that undid it last.
-	By Origin
+	By netwatch.Origin
 	// Undos counts the undos of the episode so far, in Since.
 	Undos int
 	Since time.Duration
@@ -241,7 +243,7 @@ func (t *trigger) fire() {
 type loop struct {
 	r        *Reconciler
 	log      *slog.Logger
-	describe func(Op, func(uint32) (Link, bool)) string
+	describe func(netwatch.Op, func(uint32) (netwatch.Link, bool)) string
 	window   time.Duration
 	lastPass time.Time // when the last pass began
 	burst    int
@@ -261,12 +263,12 @@ func (r *Reconciler) newLoop() (*loop, error) {
 	if r.Watcher == nil || r.Applier == nil || r.Policy == nil {
 		return nil, errIncomplete
 	}
-	l := &loop{r: r, log: r.Logger, describe: r.Describe, objs: make(map[objectID]*object), port: r.Applier.c.PID()}
+	l := &loop{r: r, log: r.Logger, describe: r.Describe, objs: make(map[objectID]*object), port: r.Applier.Port()}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	if l.describe == nil {
-		l.describe = Op.Describe
+		l.describe = netwatch.Op.Describe
 	}
 	l.window = or(r.Coalesce, defaultCoalesce)
 	if r.Coalesce < 0 {
@@ -438,7 +440,7 @@ func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan
 
 // passPlan is what a pass takes from the view it plans from.
 type passPlan struct {
-	ops     []Op
+	ops     []netwatch.Op
 	lines   []string // each op's log line
 	texts   []string // each op's object, for fights
 	notes   []string // the policy's
@@ -449,7 +451,7 @@ type passPlan struct {
 // p.Err. It describes the operations while it holds the view: their lines
 // name links as that view has them.
 func (l *loop) plan(now time.Time) (p Pass, pl passPlan) {
-	l.r.Watcher.Read(func(v View) {
+	l.r.Watcher.Read(func(v netwatch.View) {
 		pl.changed = v.Changed()
 		l.observe(v, now)
 		if !v.Synced() {
@@ -478,10 +480,10 @@ func (l *loop) plan(now time.Time) (p Pass, pl passPlan) {
 // an undo of the loop's), and passes each change the kernel did not
 // already have to OnChange or the log. It returns the line of the
 // operation the kernel refused, if one was.
-func (l *loop) report(p *Pass, res []Result, ops []Op, lines []string, now time.Time) (refused string) {
+func (l *loop) report(p *Pass, res []netwatch.Result, ops []netwatch.Op, lines []string, now time.Time) (refused string) {
 	for i, x := range res {
 		switch {
-		case errors.Is(x.Err, ErrSkipped):
+		case errors.Is(x.Err, netwatch.ErrSkipped):
 		case x.Err != nil:
 			p.Failed = append(p.Failed, x.Op)
 			refused = lines[i]
@@ -510,7 +512,7 @@ func (l *loop) failed(err error, change string) {
 		return
 	}
 	l.lastErr = msg
-	var ae *ApplyError
+	var ae *netwatch.ApplyError
 	switch {
 	case isPlanError(err):
 		l.log.Error("netwatch: the policy's desired state cannot be planned; waiting for a change", "err", err)

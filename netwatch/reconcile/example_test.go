@@ -1,4 +1,4 @@
-package netwatch_test
+package reconcile_test
 
 import (
 	"fmt"
@@ -6,13 +6,14 @@ import (
 	"slices"
 
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // pin is a policy: packets marked 0x100/0xff00 leave by eth1, through its
 // default gateway, in both families. It owns table 920 and rule priority
 // 920; what it wants is a pure function of the view.
-func pin(v netwatch.View) netwatch.Desired {
-	d := netwatch.Desired{Own: netwatch.Own(920, 920)}
+func pin(v netwatch.View) reconcile.Desired {
+	d := reconcile.Desired{Own: reconcile.Own(920, 920)}
 	eth1, ok := v.LinkByName("eth1")
 	if !ok || !eth1.Up() {
 		// Nothing wanted: Plan removes everything owned; the note says why.
@@ -80,7 +81,7 @@ func Example() {
 	step := func(name string) {
 		v := world.View()
 		d := pin(v)
-		ops, err := netwatch.Plan(v, d)
+		ops, err := reconcile.Plan(v, d)
 		if err != nil {
 			fmt.Println(err)
 			return

@@ -1,8 +1,6 @@
-package netwatch
+package reconcile
 
-import (
-	"strconv"
-)
+import "github.com/marksplit/marksplit/netwatch"
 
 // Owned names the objects a caller owns: every route in an owned table and
 // every rule at an owned priority, per family. Plan removes what is owned
@@ -15,10 +13,10 @@ type Owned struct {
 // Own returns the scope most policies own: table and priority, in both
 // families. A zero table or priority is left out, for a policy that owns
 // only rules or only routes.
-func Own(table Table, priority uint32) Owned {
+func Own(table netwatch.Table, priority uint32) Owned {
 	var o Owned
-	for _, f := range []Family{IPv4, IPv6} {
-		if table != TableUnspec {
+	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
+		if table != netwatch.TableUnspec {
 			o.Tables = append(o.Tables, OwnedTable{f, table})
 		}
 		if priority != 0 {
@@ -30,13 +28,13 @@ func Own(table Table, priority uint32) Owned {
 
 // OwnedTable is a routing table of one family.
 type OwnedTable struct {
-	Family Family
-	Table  Table
+	Family netwatch.Family
+	Table  netwatch.Table
 }
 
 // OwnedPriority is a rule priority of one family.
 type OwnedPriority struct {
-	Family   Family
+	Family   netwatch.Family
 	Priority uint32
 }
 
@@ -45,13 +43,13 @@ type Desired struct {
 	// Own is the scope the caller owns.
 	Own Owned
 	// Routes must exist exactly as given; each must be in an owned table.
-	Routes []Route
+	Routes []netwatch.Route
 	// Rules must exist exactly once each; each must be at an owned priority.
-	Rules []Rule
+	Rules []netwatch.Rule
 	// Repairs are foreign routes the caller wants changed: the route with
 	// the same key is replaced by the one given, if it exists and differs.
 	// A repair never creates a route and never removes one.
-	Repairs []Route
+	Repairs []netwatch.Route
 	// Notes say, a line each, why the policy wants less than it could:
 	// "link wg0 not found" for a policy that acts on wg0. Plan ignores
 	// them; the Reconciler logs each at Warn when it first appears, and
@@ -59,54 +57,4 @@ type Desired struct {
 	// missing, not the time, so that it stays the same line while it
 	// holds.
 	Notes []string
-}
-
-// OpKind is what an operation does.
-type OpKind uint8
-
-// Operations.
-const (
-	// RouteReplace adds a route or replaces the route with its key.
-	RouteReplace OpKind = iota + 1
-	// RouteDelete removes a route.
-	RouteDelete
-	// RuleAdd adds a rule.
-	RuleAdd
-	// RuleDelete removes one rule that matches every attribute.
-	RuleDelete
-)
-
-func (k OpKind) String() string {
-	switch k {
-	case RouteReplace:
-		return "route-replace"
-	case RouteDelete:
-		return "route-delete"
-	case RuleAdd:
-		return "rule-add"
-	case RuleDelete:
-		return "rule-delete"
-	}
-	return "unknown(" + strconv.Itoa(int(k)) + ")"
-}
-
-// Op is one kernel change.
-type Op struct {
-	Kind  OpKind
-	Route Route // for RouteReplace and RouteDelete
-	Rule  Rule  // for RuleAdd and RuleDelete
-	// Was is the route a RouteReplace replaces, when there is one
-	// (HasWas): for log lines that say what changed.
-	Was    Route
-	HasWas bool
-	// Repair marks a RouteReplace of a foreign route (Desired.Repairs).
-	Repair bool
-}
-
-// Family returns the family of the object the operation changes.
-func (o Op) Family() Family {
-	if o.Kind == RuleAdd || o.Kind == RuleDelete {
-		return o.Rule.Family
-	}
-	return o.Route.Family
 }

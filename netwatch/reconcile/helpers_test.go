@@ -1,0 +1,75 @@
+//go:build linux
+
+package reconcile
+
+import (
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
+	"golang.org/x/sys/unix"
+)
+
+// appendAttr appends a netlink attribute, as the kernel encodes it, to b.
+func appendAttr(b []byte, typ uint16, val []byte) []byte {
+	b = binary.NativeEndian.AppendUint16(b, uint16(4+len(val)))
+	b = binary.NativeEndian.AppendUint16(b, typ)
+	b = append(b, val...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// fakeHost is a small host: eth0 with addresses of both families, routes
+// in main and in table 900, and the mark-split rules.
+func fakeHost(t *testing.T) (*netwatchtest.Kernel, uint32) {
+	t.Helper()
+	k := netwatchtest.New()
+	t.Cleanup(func() { k.Close() })
+	eth := k.AddLink("eth0", "veth", 1450, true)
+	k.AddLink("cilium_wg0", "tun", 1355, true)
+	for _, err := range []error{
+		k.AddAddr(eth, netip.MustParsePrefix("10.0.0.5/16")),
+		k.AddAddr(eth, netip.MustParsePrefix("fd00::5/64")),
+		k.AddRoute(netwatchtest.Route{Dst: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}),
+		k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
+			Index: eth, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355, Protocol: 77}),
+		k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("fd01::/64"), Gateway: netip.MustParseAddr("fd00::1"), Index: eth, MTU: 1355}),
+		k.AddRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
+		k.AddRule(netwatchtest.Rule{Family: unix.AF_INET6, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return k, eth
+}
+
+// startWatcher runs a watcher of k with opts until the test ends; Run must return
+// nil within a second of that.
+func startWatcher(t *testing.T, k *netwatchtest.Kernel, opts netwatch.Options) *netwatch.Watcher {
+	t.Helper()
+	opts.NetNS, opts.RetryMin, opts.RetryMax = k.NetNS(), time.Millisecond, time.Millisecond
+	w := netwatch.New(opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(time.Second):
+			t.Errorf("Run did not return within 1 s of cancellation")
+			<-done
+		}
+	})
+	return w
+}

@@ -1,0 +1,209 @@
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/marksplit/marksplit/netwatch"
+)
+
+// The values a program names what it owns with. Each is a flag.Value and an
+// encoding.TextUnmarshaler whose Set parses the text form ip(8) prints and
+// then applies the type's one Check, which a policy's own validation calls
+// too; the errors are one line that does not repeat the input, for the
+// caller to prefix with the flag's name.
+
+// Table is a routing table a program may own: 1 to 4294967295, except the
+// kernel's own (0 unspec, 253 default, 254 main, 255 local) and 252, which
+// rtnetlink headers say for every table above 255. Text: a number, decimal
+// or 0x hex.
+type Table netwatch.Table
+
+// Check reports why t cannot be owned, or nil.
+func (t Table) Check() error {
+	switch netwatch.Table(t) {
+	case netwatch.TableUnspec, netwatch.TableCompat, netwatch.TableDefault, netwatch.TableMain, netwatch.TableLocal:
+		return fmt.Errorf("table %d is reserved (0, 252, 253 default, 254 main, 255 local): choose one of your own", uint32(t))
+	}
+	return nil
+}
+
+// Set parses and checks a table number.
+func (t *Table) Set(s string) error {
+	n, err := strconv.ParseUint(s, 0, 32)
+	if err != nil {
+		return errors.New("not a table number (1 to 4294967295, but not 252 to 255)")
+	}
+	if err := Table(n).Check(); err != nil {
+		return err
+	}
+	*t = Table(n)
+	return nil
+}
+
+func (t Table) String() string                { return strconv.FormatUint(uint64(t), 10) }
+func (t *Table) UnmarshalText(b []byte) error { return t.Set(string(b)) }
+func (t Table) MarshalText() ([]byte, error)  { return []byte(t.String()), nil }
+
+// Priority is a rule priority a program may own: 1 to 32765. 0 is the
+// kernel's local rule; 32766 and 32767 are the main and default tables'
+// rules, and a rule after main's would never see a packet that main routes.
+type Priority uint32
+
+// Check reports why p cannot be owned, or nil.
+func (p Priority) Check() error {
+	switch {
+	case p == 0:
+		return errors.New("priority 0 is the kernel's local rule: choose 1 to 32765")
+	case p >= 32766:
+		return fmt.Errorf("priority %d is at or after the main table's rule (32766), where nothing main routes would reach it: choose 1 to 32765", uint32(p))
+	}
+	return nil
+}
+
+// Set parses and checks a priority, decimal or 0x hex.
+func (p *Priority) Set(s string) error {
+	n, err := strconv.ParseUint(s, 0, 32)
+	if err != nil {
+		return errors.New("not a rule priority (1 to 32765)")
+	}
+	if err := Priority(n).Check(); err != nil {
+		return err
+	}
+	*p = Priority(n)
+	return nil
+}
+
+func (p Priority) String() string                { return strconv.FormatUint(uint64(p), 10) }
+func (p *Priority) UnmarshalText(b []byte) error { return p.Set(string(b)) }
+func (p Priority) MarshalText() ([]byte, error)  { return []byte(p.String()), nil }
+
+// MarkMask is a firewall mark under a mask, as a rule matches it: text
+// MARK/MASK, each decimal or 0x hex, as ip-rule(8) prints it. The mask is
+// required: a bare mark means all 32 bits to the kernel, which is rarely
+// what was meant (Cilium's WireGuard mark is 0x1e00 up to 1.17 and 0xe00
+// since; only 0xe00/0xf00 matches both); write MARK/0xffffffff for every
+// bit.
+type MarkMask struct {
+	Mark, Mask netwatch.Mark
+}
+
+// Check reports why m cannot be matched usefully, or nil: a zero mark or
+// mask, or mark bits outside the mask.
+func (m MarkMask) Check() error {
+	switch {
+	case m.Mask == 0:
+		return fmt.Errorf("mask 0 matches every packet: the mark %v would mean nothing", m.Mark)
+	case m.Mark == 0:
+		return fmt.Errorf("mark 0/%v: the mark must be non-zero", m.Mask)
+	case m.Mark&^m.Mask != 0:
+		return fmt.Errorf("mask %v does not cover mark %v (bits %v outside it)", m.Mask, m.Mark, m.Mark&^m.Mask)
+	}
+	return nil
+}
+
+// Set parses and checks MARK/MASK.
+func (m *MarkMask) Set(s string) error {
+	ms, ks, hasMask := strings.Cut(s, "/")
+	mark, err := strconv.ParseUint(ms, 0, 32)
+	if err != nil {
+		return errors.New("not MARK/MASK (like 0xe00/0xf00)")
+	}
+	if !hasMask {
+		return fmt.Errorf("%s has no mask: a bare mark matches all 32 bits, and Cilium's WireGuard mark is 0x1e00 up to 1.17 and 0xe00 since; give the mask (0xe00/0xf00 matches both), or MARK/0xffffffff for every bit", ms)
+	}
+	mask, err := strconv.ParseUint(ks, 0, 32)
+	if err != nil {
+		return errors.New("not MARK/MASK (like 0xe00/0xf00)")
+	}
+	v := MarkMask{netwatch.Mark(mark), netwatch.Mark(mask)}
+	if err := v.Check(); err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
+func (m MarkMask) String() string                { return m.Mark.String() + "/" + m.Mask.String() }
+func (m *MarkMask) UnmarshalText(b []byte) error { return m.Set(string(b)) }
+func (m MarkMask) MarshalText() ([]byte, error)  { return []byte(m.String()), nil }
+
+// Protocol is the routing protocol a program stamps on what it installs,
+// so that `ip route show proto N` lists it: 2 (kernel) or 4 to 255. 0, 1
+// and 3 mean something else to the kernel or to iproute2 (unspec,
+// redirect, boot). Kernel is allowed: systemd-networkd never removes
+// routes and rules of that protocol. Text: a number or an iproute2 name
+// (static, dhcp, ...).
+type Protocol netwatch.Protocol
+
+// Check reports why p cannot be stamped on owned objects, or nil.
+func (p Protocol) Check() error {
+	if netwatch.Protocol(p) < netwatch.ProtoStatic && netwatch.Protocol(p) != netwatch.ProtoKernel {
+		return fmt.Errorf("protocol %d means something to the kernel (0 unspec, 1 redirect, 3 boot): use 2 (kernel) or 4 to 255", uint8(p))
+	}
+	return nil
+}
+
+// Set parses and checks a protocol number or name.
+func (p *Protocol) Set(s string) error {
+	v, ok := parseProtocol(s)
+	if !ok {
+		return errors.New("not a protocol: a number (2, or 4 to 255) or an iproute2 name such as static")
+	}
+	if err := v.Check(); err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+func parseProtocol(s string) (Protocol, bool) {
+	if n, err := strconv.ParseUint(s, 0, 8); err == nil {
+		return Protocol(n), true
+	}
+	for i := range 256 {
+		if netwatch.Protocol(i).String() == s {
+			return Protocol(i), true
+		}
+	}
+	return 0, false
+}
+
+func (p Protocol) String() string                { return strconv.Itoa(int(p)) }
+func (p *Protocol) UnmarshalText(b []byte) error { return p.Set(string(b)) }
+func (p Protocol) MarshalText() ([]byte, error)  { return []byte(p.String()), nil }
+
+// LinkName is a network interface's name as the kernel accepts one: 1 to
+// 15 bytes, no '/', ':' or white space, not "." or "..", and, though the
+// kernel takes them, no control characters.
+type LinkName string
+
+// Check reports why the kernel would refuse n, or nil.
+func (n LinkName) Check() error {
+	switch {
+	case n == "":
+		return errors.New("empty link name")
+	case len(n) > 15:
+		return errors.New("longer than 15 bytes, the kernel's limit for a link name")
+	case n == "." || n == ".." || strings.ContainsAny(string(n), "/: \t\n\v\f\r"):
+		return fmt.Errorf("%q is not a name the kernel accepts for a link", string(n))
+	case strings.ContainsFunc(string(n), func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return fmt.Errorf("%q: a link name with control characters is refused", string(n))
+	}
+	return nil
+}
+
+// Set checks a link name.
+func (n *LinkName) Set(s string) error {
+	if err := LinkName(s).Check(); err != nil {
+		return err
+	}
+	*n = LinkName(s)
+	return nil
+}
+
+func (n LinkName) String() string                { return string(n) }
+func (n *LinkName) UnmarshalText(b []byte) error { return n.Set(string(b)) }
+func (n LinkName) MarshalText() ([]byte, error)  { return []byte(n), nil }
