@@ -579,4 +579,3 @@ func (r Route) Clean() Route {
 func (r Route) Matches(o Route) bool {
 	return r.Clean().Equal(o.Clean())
 }
-
