@@ -13,6 +13,7 @@ import (
 
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // The subcommands.
@@ -164,17 +165,17 @@ func isCommand(s string) bool {
 func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs := flag.NewFlagSet("marksplit "+o.cmd, flag.ContinueOnError)
 	p := &o.policy
-	fs.StringVar(&p.TunnelLink, "tunnel-link", p.TunnelLink, "the encrypting `link`; its live MTU is the MTU of the table's routes")
-	fs.Var(markValue{&p.Mark, &p.Mask}, "mark", "`mark/mask` that the rule inverts (not fwmark)")
-	fs.Var(tableValue{&p.Table}, "table", "routing `table` owned by the agent (not 0, 253, 254, 255)")
-	fs.Var(uint32Value{&p.Priority}, "priority", "rule `priority` owned by the agent (not 0, 32766, 32767)")
+	fs.Var((*reconcile.LinkName)(&p.TunnelLink), "tunnel-link", "the encrypting `link`; its live MTU is the MTU of the table's routes")
+	fs.Var(markValue{&p.Mark, &p.Mask}, "mark", "`mark/mask` that the rule inverts (not fwmark); the mask is required, both non-zero, the mark inside the mask")
+	fs.Var((*reconcile.Table)(&p.Table), "table", "routing `table` owned by the agent: 1 to 4294967295, but not 252, 253, 254 or 255")
+	fs.Var((*reconcile.Priority)(&p.Priority), "priority", "rule `priority` owned by the agent: 1 to 32765")
 	fs.Var(prefixesValue{&p.Prefixes}, "prefix", "`CIDR` (repeatable): split main-table routes equal to or inside it")
-	fs.StringVar(&p.UnderlayLink, "underlay-link", "", "split main-table routes out of this `link` (never the default route)")
+	fs.Var((*reconcile.LinkName)(&p.UnderlayLink), "underlay-link", "split main-table routes out of this `link` (never the default route)")
 	fs.Var(peersValue{&p.Peers}, "peers", "`auto`: give exactly the encrypting peer nodes (from every CiliumNode) the tunnel MTU, per InternalIP, through the main table's path to each; needs the API (empty: not set)")
 	o.encryption = encAuto
 	fs.Var(enumValue{&o.encryption, []string{encOn, encOff, encAuto}}, "encryption", "`mode`: on, off, or auto (read the node's CiliumNode)")
 	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"), "this node's CiliumNode: read with --encryption=auto, not a peer with --peers=auto (default $NODE_NAME)")
-	fs.Var(protocolValue{&p.Protocol}, "protocol", "rtm_protocol / FRA_PROTOCOL `value` (number or iproute2 name) stamped on what the agent installs")
+	fs.Var((*reconcile.Protocol)(&p.Protocol), "protocol", "rtm_protocol / FRA_PROTOCOL `value` stamped on what the agent installs: 2 (kernel) or 4 to 255, or an iproute2 name")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "`address` for Prometheus /metrics, /healthz and /readyz with run; empty disables")
 	o.logFormat = "text"
 	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log `format`: text or json")
@@ -196,25 +197,13 @@ func (v markValue) String() string {
 	return v.mark.String() + "/" + v.mask.String()
 }
 
-// Set refuses a mark without a mask. ip-rule(8) and the kernel read one
-// as mask 0xffffffff, every bit: Cilium's WireGuard packets carry 0x1e00
-// up to Cilium 1.17 and 0x0e00 from 1.18 on, and only the masked
-// 0xe00/0xf00 matches both, so a bare 0xe00 would silently stop splitting
-// across an upgrade. Whoever means every bit says so with /0xffffffff.
+// Set parses MARK/MASK as reconcile.MarkMask does.
 func (v markValue) Set(s string) error {
-	ms, ks, hasMask := strings.Cut(s, "/")
-	m, err := strconv.ParseUint(ms, 0, 32)
-	if err != nil {
-		return fmt.Errorf("want MARK/MASK such as 0xe00/0xf00")
+	var m reconcile.MarkMask
+	if err := m.Set(s); err != nil {
+		return err
 	}
-	if !hasMask {
-		return fmt.Errorf("%s has no mask: a bare mark matches all 32 bits, and Cilium's WireGuard mark is 0x1e00 up to 1.17 and 0xe00 since; give the mask (0xe00/0xf00 matches both), or MARK/0xffffffff for every bit", ms)
-	}
-	k, err := strconv.ParseUint(ks, 0, 32)
-	if err != nil {
-		return fmt.Errorf("want MARK/MASK such as 0xe00/0xf00")
-	}
-	*v.mark, *v.mask = netwatch.Mark(m), netwatch.Mark(k)
+	*v.mark, *v.mask = m.Mark, m.Mask
 	return nil
 }
 
@@ -244,42 +233,6 @@ func loopbackOnly(a string) bool {
 	host, _, _ := net.SplitHostPort(a)
 	ip, err := netip.ParseAddr(host)
 	return host == "localhost" || err == nil && ip.IsLoopback()
-}
-
-type tableValue struct{ t *netwatch.Table }
-
-func (v tableValue) String() string {
-	if v.t == nil {
-		return ""
-	}
-	return strconv.FormatUint(uint64(*v.t), 10)
-}
-
-func (v tableValue) Set(s string) error {
-	n, err := strconv.ParseUint(s, 0, 32)
-	if err != nil {
-		return fmt.Errorf("want a table number such as 900")
-	}
-	*v.t = netwatch.Table(n)
-	return nil
-}
-
-type uint32Value struct{ n *uint32 }
-
-func (v uint32Value) String() string {
-	if v.n == nil {
-		return ""
-	}
-	return strconv.FormatUint(uint64(*v.n), 10)
-}
-
-func (v uint32Value) Set(s string) error {
-	n, err := strconv.ParseUint(s, 0, 32)
-	if err != nil {
-		return fmt.Errorf("want a number from 1 to 4294967295")
-	}
-	*v.n = uint32(n)
-	return nil
 }
 
 // prefixesValue is the repeatable --prefix.
@@ -328,31 +281,6 @@ func (e enumValue) Set(s string) error {
 		}
 	}
 	return fmt.Errorf("want %s", strings.Join(e.choices, ", "))
-}
-
-// protocolValue is --protocol: a number or an iproute2 name such as
-// kernel or static; mtupolicy's Validate refuses 0, 1 and 3.
-type protocolValue struct{ p *netwatch.Protocol }
-
-func (v protocolValue) String() string {
-	if v.p == nil {
-		return ""
-	}
-	return strconv.Itoa(int(*v.p))
-}
-
-func (v protocolValue) Set(s string) error {
-	if n, err := strconv.ParseUint(s, 0, 8); err == nil {
-		*v.p = netwatch.Protocol(n)
-		return nil
-	}
-	for i := range 256 {
-		if p := netwatch.Protocol(i); p.String() == s {
-			*v.p = p
-			return nil
-		}
-	}
-	return fmt.Errorf("want a number from 0 to 255 or a name such as kernel or static")
 }
 
 type addrValue struct{ a *netip.Addr }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // DefaultProtocol is the rtm_protocol and FRA_PROTOCOL value stamped on
@@ -70,7 +71,6 @@ func DefaultConfig() Config {
 	}
 }
 
-const maxLinkName = 15 // IFNAMSIZ - 1
 
 // Validate reports the first problem with c, in one line.
 func (c Config) Validate() error {
@@ -85,38 +85,26 @@ func (c Config) validate() error {
 	switch {
 	case c.TunnelLink == "":
 		return errors.New("no tunnel link")
-	case len(c.TunnelLink) > maxLinkName:
-		return fmt.Errorf("tunnel link %q: longer than %d bytes", c.TunnelLink, maxLinkName)
-	case len(c.UnderlayLink) > maxLinkName:
-		return fmt.Errorf("underlay link %q: longer than %d bytes", c.UnderlayLink, maxLinkName)
 	case c.UnderlayLink != "" && c.UnderlayLink == c.TunnelLink:
 		return fmt.Errorf("underlay link %q is the tunnel link", c.UnderlayLink)
 	}
-	switch c.Table {
-	case netwatch.TableUnspec, netwatch.TableCompat, netwatch.TableDefault, netwatch.TableMain, netwatch.TableLocal:
-		// 252 is what rtnetlink headers say for tables above 255.
-		return fmt.Errorf("table %d is reserved (0, 252, 253 default, 254 main, 255 local)", uint32(c.Table))
+	// The values the agent, the examples and this package share one check
+	// each: reconcile's.
+	for _, err := range []error{
+		reconcile.LinkName(c.TunnelLink).Check(),
+		reconcile.Table(c.Table).Check(),
+		reconcile.Priority(c.Priority).Check(),
+		reconcile.MarkMask{Mark: c.Mark, Mask: c.Mask}.Check(),
+		reconcile.Protocol(c.Protocol).Check(),
+	} {
+		if err != nil {
+			return err
+		}
 	}
-	switch {
-	case c.Priority == 0:
-		return errors.New("priority 0 belongs to the kernel's local rule")
-	case c.Priority >= 32766:
-		return fmt.Errorf("priority %d comes after the main table's rule at 32766, so the split could never win: choose one below 32766", c.Priority)
-	}
-	switch {
-	case c.Mask == 0:
-		return fmt.Errorf("mask 0 matches every packet: the mark %v would mean nothing", c.Mark)
-	case c.Mark == 0:
-		return fmt.Errorf("mark 0/%v: the mark must be non-zero", c.Mask)
-	case c.Mark&^c.Mask != 0:
-		return fmt.Errorf("mask %v does not cover mark %v (bits %v outside it)", c.Mask, c.Mark, c.Mark&^c.Mask)
-	}
-	// "kernel" (2) is allowed: systemd-networkd never removes routes and
-	// rules of that protocol, so it is how the agent coexists with a
-	// networkd that manages foreign rules. The others below 4 mean
-	// something else to the kernel or to iproute2.
-	if c.Protocol < netwatch.ProtoStatic && c.Protocol != netwatch.ProtoKernel {
-		return fmt.Errorf("protocol %d means something to the kernel (0 unspec, 1 redirect, 3 boot); use 2 (kernel) or 4–255", c.Protocol)
+	if c.UnderlayLink != "" {
+		if err := reconcile.LinkName(c.UnderlayLink).Check(); err != nil {
+			return err
+		}
 	}
 	switch {
 	case c.Peers && (len(c.Prefixes) > 0 || c.UnderlayLink != ""):

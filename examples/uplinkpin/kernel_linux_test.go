@@ -123,7 +123,7 @@ func TestKernelSignal(t *testing.T) {
 	ns.IP(t, "addr", "add", "192.0.2.2/24", "dev", "eth1")
 	ns.IP(t, "route", "add", "default", "via", "192.0.2.1")
 
-	prog, logs := ns.StartBinary(t, bin, "--uplink", "eth1", "--mark", "0x100")
+	prog, logs := ns.StartBinary(t, bin, "--uplink", "eth1", "--mark", "0x100/0xff00")
 	want := netwatchtest.Hop{Dev: "eth1", Gateway: "192.0.2.1", Table: "920"}
 	ns.WaitRoute(t, logs, "203.0.113.9", "0x100", want)
 	prog.Stop(t, syscall.SIGINT)

@@ -17,12 +17,12 @@ func TestRunExitCodes(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"--mark", "0x100"}, 2, "uplinkpin: --uplink is required"},
+		{[]string{"--mark", "0x100/0xff00"}, 2, "uplinkpin: --uplink is required"},
 		{[]string{"--uplink", "eth1"}, 2, "uplinkpin: --mark is required"},
-		{[]string{"--uplink", "eth1", "--mark", "0x100", "--table", "main"}, 2, `uplinkpin: --table "main": not a table number`},
+		{[]string{"--uplink", "eth1", "--mark", "0x100/0xff00", "--table", "main"}, 2, `uplinkpin: --table "main": not a table number`},
 		{[]string{"--nope"}, 2, "uplinkpin: flag provided but not defined: -nope"},
 		{[]string{"-h"}, 0, "usage: uplinkpin --uplink LINK --mark"},
-		{[]string{"--uplink", "eth1", "--mark", "0x100", "--netns", "/nonexistent/ns"}, 1, "uplinkpin: netwatch: open network namespace /nonexistent/ns"},
+		{[]string{"--uplink", "eth1", "--mark", "0x100/0xff00", "--netns", "/nonexistent/ns"}, 1, "uplinkpin: netwatch: open network namespace /nonexistent/ns"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
