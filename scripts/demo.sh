@@ -97,12 +97,7 @@ bulk() { printf '    '; "$WORK/wgtunnel" bulk -from "$W" -to "$P" -dst 10.244.9.
 step "Build the agent and the traffic tool; WireGuard's tools"
 go build -o "$WORK/marksplit" ./agent
 (cd test/wireguard && go build -o "$WORK/wgtunnel" ./cmd/wgtunnel)
-if ! command -v wg >/dev/null; then
-	echo "    installing wireguard-tools from Debian (without recommends: they pull a kernel)"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq >/dev/null
-	apt-get install -y -qq --no-install-recommends wireguard-tools >/dev/null
-fi
+scripts/install-wireguard-tools.sh | sed 's/^/    /'
 KERNEL_WG=0
 ip netns add "$G"
 if ip -n "$G" link add wgprobe type wireguard 2>/dev/null; then
