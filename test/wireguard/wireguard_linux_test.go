@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ const (
 var (
 	echoDst = netip.MustParseAddrPort("10.244.9.1:9000")
 	bulkDst = netip.MustParseAddrPort("10.244.9.1:9001")
+	nodeDst = netip.MustParseAddrPort("10.0.0.9:9002") // the peer's node address
 )
 
 func TestMain(m *testing.M) {
@@ -158,23 +160,26 @@ func TestKernelWireGuardLinkFlap(t *testing.T) {
 		t.Fatalf("before the flap: %v", err)
 	}
 
-	// Traffic through the tunnel all along.
+	// Traffic through the tunnel all along, in rounds of 20 datagrams.
 	tctx, stopTraffic := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	var during tunnel.FullSizeResult
+	var sent, answered, fragOKs atomic.Uint64
 	wg.Go(func() {
 		for tctx.Err() == nil {
 			r, err := tunnel.FullSize(tctx, w.worker, w.peer, echoDst, fullSize, 20)
 			if err != nil {
 				return
 			}
-			during.Sent += r.Sent
-			during.Answered += r.Answered
-			during.Frag.OKs += r.Frag.OKs
-			during.Frag.Creates += r.Frag.Creates
+			sent.Add(uint64(r.Sent))
+			answered.Add(uint64(r.Answered))
+			fragOKs.Add(r.Frag.OKs)
 		}
 	})
 	defer func() { stopTraffic(); wg.Wait() }()
+	if !poll(5*time.Second, func() bool { return answered.Load() >= 20 }) {
+		t.Fatalf("traffic through the tunnel did not start: %d sent, %d answered", sent.Load(), answered.Load())
+	}
+	sentBefore := sent.Load()
 
 	w.ip(w.worker, "link set enp7s0 down")
 	if !poll(time.Second, func() bool { return !w.unmarkedSplit() }) {
@@ -195,15 +200,68 @@ func TestKernelWireGuardLinkFlap(t *testing.T) {
 
 	after := w.fullSize(ctx)
 	t.Logf("flap: the split was back %v after the main route", repair.Round(100*time.Microsecond))
-	t.Logf("traffic during the flap: %d sent, %d answered, FragOKs +%d", during.Sent, during.Answered, during.Frag.OKs)
+	t.Logf("traffic during the test: %d sent, %d answered, FragOKs +%d", sent.Load(), answered.Load(), fragOKs.Load())
 	t.Logf("after the flap: %v", after)
 	if repair > repairSLO {
 		t.Errorf("the split took %v to come back after the flap, more than %v", repair, repairSLO)
 	}
-	if during.Sent == 0 {
-		t.Errorf("no traffic ran through the tunnel during the flap")
+	if sent.Load() == sentBefore {
+		t.Errorf("no traffic was sent through the tunnel during the flap")
 	}
 	if err := effect(after); err != nil {
 		t.Errorf("after the flap: %v", err)
+	}
+}
+
+// TestKernelWireGuardHostTraffic sends host traffic to the peer's node
+// address through the tunnel, as Cilium's redirect on the underlay's
+// egress does (emulated with tc mirred): with the agent the connection
+// takes table 900's MTU (MSS 1355 − 40 − options), all of it goes through
+// cilium_wg0, and its encrypted packets leave the worker whole.
+func TestKernelWireGuardHostTraffic(t *testing.T) {
+	w := newWorld(t)
+	w.redirect()
+	ctx := t.Context()
+
+	measure := func() (tunnel.BulkResult, tunnel.Frag, uint64) {
+		t.Helper()
+		fr0, err := tunnel.ReadFrag(w.worker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx0 := w.tunnelTxBytes()
+		r, err := tunnel.Bulk(ctx, w.worker, w.peer, nodeDst, bulkBytes, bulkLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fr1, err := tunnel.ReadFrag(w.worker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, fr1.Sub(fr0), w.tunnelTxBytes() - tx0
+	}
+
+	before, fragBefore, txBefore := measure()
+	w.startAgent(cilumsMark)
+	after, fragAfter, txAfter := measure()
+	t.Logf("host TCP to 10.0.0.9 without the agent: %v; MSS %d; %d bytes into cilium_wg0; %v", before, before.MSS, txBefore, fragBefore)
+	t.Logf("host TCP to 10.0.0.9 with the agent:    %v; MSS %d; %d bytes into cilium_wg0; %v", after, after.MSS, txAfter, fragAfter)
+
+	if fragBefore.OKs == 0 {
+		t.Errorf("without the agent, host traffic through the tunnel should leave in fragments: %v", fragBefore)
+	}
+	if !after.Complete() {
+		t.Errorf("with the agent, host TCP to the peer should complete: %v", after)
+	}
+	// 1355 less the IP and TCP headers (40) and the options the stack
+	// keeps room for (timestamps: 12; at most 40): built at the tunnel MTU.
+	if mss := after.MSS; mss+40 > 1355 || mss+40+40 < 1355 {
+		t.Errorf("with the agent, host TCP to the peer has MSS %d, want 1355 − 40 less its options (table 900's MTU)", mss)
+	}
+	if txAfter < uint64(after.Received) {
+		t.Errorf("with the agent, %d bytes went into cilium_wg0 for %d bytes sent: the host traffic did not go through the tunnel", txAfter, after.Received)
+	}
+	if fragAfter.OKs != 0 || fragAfter.Creates != 0 {
+		t.Errorf("with the agent, the tunnel's packets should leave whole: %v", fragAfter)
 	}
 }

@@ -54,7 +54,7 @@ func (p *prereqs) check() {
 		p.skip = "not root: the WireGuard tests need network namespaces (sudo)"
 		return
 	}
-	for _, c := range []string{"ip", "unshare", "nsenter", "wg"} {
+	for _, c := range []string{"ip", "tc", "unshare", "nsenter", "wg"} {
 		if _, err := exec.LookPath(c); err != nil {
 			p.skip = c + " not found in PATH (wg: apt-get install --no-install-recommends wireguard-tools; `make test` installs it)"
 			return
@@ -161,9 +161,50 @@ func newWorld(t *testing.T) *world {
 	w.ip(w.worker, "route add 10.0.0.0/16 via 10.0.0.1 dev enp7s0 proto dhcp src 10.0.0.5 mtu 1355")
 	w.ip(w.peer, "route add 10.0.0.0/16 via 10.0.0.1 dev enp7s0 proto dhcp src 10.0.0.9")
 
-	w.wireguard(w.worker, keys[w.worker][0], keys[w.peer][1], "10.244.5.1/16", "10.0.0.9:51871", "10.244.9.0/24")
-	w.wireguard(w.peer, keys[w.peer][0], keys[w.worker][1], "10.244.9.1/16", "10.0.0.5:51871", "10.244.5.0/24")
+	// As Cilium's node encryption does, each peer's allowed IPs hold its
+	// node address too, for host traffic redirected into the tunnel
+	// (redirect). The peer accepts it on cilium_wg0 and answers on enp7s0.
+	for _, ns := range []string{w.worker, w.peer} {
+		w.must("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
+	}
+	w.wireguard(w.worker, keys[w.worker][0], keys[w.peer][1], "10.244.5.1/16", "10.0.0.9:51871", "10.244.9.0/24,10.0.0.9/32")
+	w.wireguard(w.peer, keys[w.peer][0], keys[w.worker][1], "10.244.9.1/16", "10.0.0.5:51871", "10.244.5.0/24,10.0.0.5/32")
 	return w
+}
+
+// redirect emulates what Cilium's BPF program on the underlay's egress
+// does: host packets to the peer's node address that do not carry the
+// encryption mark leave through cilium_wg0 instead. They were built for
+// the route the kernel chose, so the route's MTU decides whether they fit
+// the tunnel. WireGuard's own packets (those Cilium's BPF tells by their
+// mark 0xe00/0xf00) pass.
+func (w *world) redirect() {
+	w.t.Helper()
+	for _, tc := range [][]string{
+		{"qdisc", "add", "dev", "enp7s0", "clsact"},
+		// WireGuard's own packets pass: a match without an action lets a
+		// packet go on, and no later filter sees it. They are told by
+		// their source port, not their mark: u32's mark match needs
+		// CONFIG_CLS_U32_MARK and "action ok" act_gact, which not every
+		// kernel has (this one has neither; u32 and mirred it has).
+		{"filter", "add", "dev", "enp7s0", "egress", "prio", "1", "protocol", "ip", "u32",
+			"match", "ip", "protocol", "17", "0xff", "match", "ip", "sport", "51871", "0xffff", "classid", "1:1"},
+		{"filter", "add", "dev", "enp7s0", "egress", "prio", "2", "protocol", "ip", "u32",
+			"match", "ip", "dst", "10.0.0.9/32", "action", "mirred", "egress", "redirect", "dev", "cilium_wg0"},
+	} {
+		w.must(append([]string{"tc", "-n", w.worker}, tc...)...)
+	}
+}
+
+// tunnelTxBytes returns the bytes the worker has sent into cilium_wg0.
+func (w *world) tunnelTxBytes() uint64 {
+	w.t.Helper()
+	out := w.must("ip", "netns", "exec", w.worker, "cat", "/sys/class/net/cilium_wg0/statistics/tx_bytes")
+	n, err := strconv.ParseUint(strings.TrimSpace(out), 10, 64)
+	if err != nil {
+		w.t.Fatalf("cilium_wg0 tx_bytes: %v", err)
+	}
+	return n
 }
 
 // wireguard gives the node ns its cilium_wg0 as Cilium configures it

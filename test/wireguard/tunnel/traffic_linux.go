@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // IPv4 and UDP headers: a datagram of payload n is an IP packet of n+28.
@@ -132,6 +134,7 @@ func echo(c *net.UDPConn) {
 type BulkResult struct {
 	Want     int64         // bytes to send
 	Received int64         // bytes that arrived
+	MSS      int           // the sender's maximum segment size (TCP_MAXSEG) once connected
 	Elapsed  time.Duration // until the last byte arrived, or the time limit
 }
 
@@ -152,6 +155,19 @@ func (r BulkResult) String() string {
 	}
 	return fmt.Sprintf("%.2f of %.1f MB arrived in %.1f s: %.2f MB/s",
 		float64(r.Received)/1e6, float64(r.Want)/1e6, r.Elapsed.Seconds(), r.MBps())
+}
+
+// maxSeg returns c's TCP_MAXSEG, or 0 when it cannot be read.
+func maxSeg(c *net.TCPConn) int {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	mss := 0
+	rc.Control(func(fd uintptr) {
+		mss, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG)
+	})
+	return mss
 }
 
 // Bulk sends want bytes over one TCP connection from the namespace from to
@@ -211,6 +227,7 @@ func Bulk(ctx context.Context, from, to string, dst netip.AddrPort, want int64, 
 	}); err != nil {
 		return res, fmt.Errorf("tunnel: dial %s from %s: %w", dst, from, err)
 	}
+	res.MSS = maxSeg(c)
 	start := time.Now()
 	c.SetWriteDeadline(deadline)
 	buf := make([]byte, 64<<10)
