@@ -6,6 +6,11 @@ set -eu
 command -v wg >/dev/null 2>&1 && exit 0
 echo "installing wireguard-tools from Debian (without recommends: they pull a kernel image)"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >/dev/null
-apt-get install -y -qq --no-install-recommends wireguard-tools >/dev/null
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends wireguard-tools; } >"$log" 2>&1; then
+	cat "$log" >&2
+	echo "install-wireguard-tools: apt-get failed" >&2
+	exit 1
+fi
 command -v wg >/dev/null
