@@ -14,9 +14,6 @@ import (
 	"syscall"
 )
 
-// wireguardModule is the module whose main package is wireguard-go.
-const wireguardModule = "golang.zx2c4.com/wireguard"
-
 // CacheDir is $MARKSPLIT_CACHE, or /var/cache/marksplit.
 func CacheDir() string {
 	if d := os.Getenv("MARKSPLIT_CACHE"); d != "" {
@@ -74,17 +71,6 @@ func BuildWireGuardGo(dir string, progress io.Writer) (string, error) {
 		return "", fmt.Errorf("tunnel: wireguard-go: %w", err)
 	}
 	return bin, nil
-}
-
-// requiredVersion returns the version go.mod requires of module, or "".
-func requiredVersion(gomod []byte, module string) string {
-	for line := range strings.SplitSeq(string(gomod), "\n") {
-		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
-		if len(f) >= 2 && f[0] == module {
-			return f[1]
-		}
-	}
-	return ""
 }
 
 // removeStale removes the partial wireguard-go builds in dir whose build
