@@ -92,7 +92,7 @@ log_lines() { wc -l <"$WORK/agent.log"; }
 # traffic runs wgtunnel (test/wireguard/cmd/wgtunnel) from the worker's
 # tunnel address to the peer's.
 fullsize() { printf '    '; "$WORK/wgtunnel" fullsize -from "$W" -to "$P" -dst 10.244.9.1:9000 -count 200; }
-bulk() { printf '    '; "$WORK/wgtunnel" bulk -from "$W" -to "$P" -dst 10.244.9.1:9001 -mb 20 -limit 3s; }
+bulk() { printf '    '; "$WORK/wgtunnel" bulk -from "$W" -to "$P" -dst "${1:-10.244.9.1:9001}" -mb 20 -limit "${2:-3s}"; }
 
 step "Build the agent and the traffic tool; WireGuard's tools"
 go build -o "$WORK/marksplit" ./agent
@@ -158,11 +158,30 @@ wgup() {
 	ip -n "$ns" addr add "$addr" dev cilium_wg0
 	ip -n "$ns" link set cilium_wg0 mtu 1355 up
 }
-wgup "$W" w 10.244.5.1/16 p 10.0.0.9:51871 10.244.9.0/24
-wgup "$P" p 10.244.9.1/16 w 10.0.0.5:51871 10.244.5.0/24
+# As with Cilium's node encryption, each peer's allowed IPs hold its node
+# address too: host traffic redirected into the tunnel is accepted (and
+# answered on enp7s0).
+for ns in "$W" "$P"; do
+	ip netns exec "$ns" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+done
+wgup "$W" w 10.244.5.1/16 p 10.0.0.9:51871 10.244.9.0/24,10.0.0.9/32
+wgup "$P" p 10.244.9.1/16 w 10.0.0.5:51871 10.244.5.0/24,10.0.0.5/32
+# Cilium's BPF on enp7s0's egress sends host packets for a peer node into
+# cilium_wg0; tc mirred does it here for host TCP. (Cilium tells
+# WireGuard's own packets by their mark; u32's mark match is not on every
+# kernel, and WireGuard's packets, UDP, never match.)
+REDIRECT=0
+if tc -n "$W" qdisc add dev enp7s0 clsact 2>/dev/null &&
+	tc -n "$W" filter add dev enp7s0 egress prio 1 protocol ip u32 \
+		match ip dst 10.0.0.9/32 match ip protocol 6 0xff action mirred egress redirect dev cilium_wg0 2>/dev/null; then
+	REDIRECT=1
+fi
 show ip -br link
 show ip route
 echo "    (cilium_wg0: WireGuard to the peer at 10.0.0.9:51871, its packets marked 0xe00; pod network 10.244.0.0/16 through it)"
+if [ "$REDIRECT" = 1 ]; then
+	echo "    (and host TCP to the peer's node address 10.0.0.9, as Cilium redirects it: tc mirred on enp7s0)"
+fi
 
 step "Without the agent: WireGuard's packets (1355 + 60 = 1415 bytes) take the 1355 route"
 show ip route get 10.0.0.9 mark 0xe00
@@ -185,7 +204,7 @@ agent_says 1
 
 step "With the agent: the same traffic"
 fullsize
-bulk
+bulk 10.244.9.1:9001 10s
 echo "    (nothing fragmented, nothing lost: WireGuard's marked packets use the main route at 1450)"
 
 step "Host traffic to the peer is still built at the tunnel MTU; only WireGuard's own gets 1450"
@@ -194,6 +213,11 @@ show ip route get 10.0.0.9
 show ip route get 10.0.0.9 mark 0xe00
 echo "    (unmarked: table 900 at 1355, so host sockets build packets that fit the tunnel;"
 echo "     marked 0xe00: the main route, with no MTU of its own: enp7s0's 1450)"
+if [ "$REDIRECT" = 1 ]; then
+	echo "  a host TCP connection to the peer's node address 10.0.0.9, redirected into the tunnel:"
+	bulk 10.0.0.9:9002 10s
+	echo "    (segments for 1355 - 52 bytes of headers and options: they fill the tunnel and leave it whole)"
+fi
 
 step "Someone deletes the rule"
 from=$(($(log_lines) + 1))

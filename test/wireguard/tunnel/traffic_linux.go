@@ -21,7 +21,7 @@ const udpOverhead = 20 + 8
 type FullSizeResult struct {
 	Size     int           // IP packet size sent into the tunnel
 	Sent     int           // datagrams sent
-	Answered int           // datagrams echoed back within a second
+	Answered int           // datagrams echoed back in time
 	Frag     Frag          // the sending namespace's counters: after − before
 	Elapsed  time.Duration // the whole exchange
 }
@@ -36,7 +36,7 @@ func (r FullSizeResult) String() string {
 
 // FullSize sends count UDP datagrams that make IP packets of size bytes
 // from the namespace from to dst, which an echo server FullSize runs in
-// the namespace to answers, one at a time, each waiting up to a second for
+// the namespace to answers, one at a time, each waiting up to echoWait for
 // its echo. It reads from's fragmentation counters before and after: with
 // dst a tunnel address and size the tunnel's MTU, the packets fill the
 // tunnel exactly and what fragments is the tunnel's own, encrypted,
@@ -99,10 +99,14 @@ func FullSize(ctx context.Context, from, to string, dst netip.AddrPort, size, co
 	return res, nil
 }
 
+// echoWait is how long FullSize waits for each echo: round trips between
+// two namespaces take well under a millisecond, a handshake a few.
+const echoWait = 500 * time.Millisecond
+
 // answered reports whether the echo of datagram seq came back whole
-// within a second, skipping late echoes of earlier ones.
+// within echoWait, skipping late echoes of earlier ones.
 func answered(c *net.UDPConn, buf []byte, seq uint32, size int) bool {
-	c.SetReadDeadline(time.Now().Add(time.Second))
+	c.SetReadDeadline(time.Now().Add(echoWait))
 	for {
 		n, err := c.Read(buf)
 		if err != nil {

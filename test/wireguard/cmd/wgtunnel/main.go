@@ -4,7 +4,7 @@
 //
 //	wgtunnel wireguard-go DIR      build (once) and print the cached wireguard-go binary of the module in DIR
 //	wgtunnel fullsize [flags]      full-size datagrams through the tunnel: answers and FragOKs
-//	wgtunnel bulk [flags]          one bounded bulk TCP transfer through the tunnel: its throughput
+//	wgtunnel bulk [flags]          one bounded bulk TCP transfer: its throughput, MSS and FragOKs
 //
 // Both traffic commands take -from and -to (network namespace names) and
 // -dst (the receiver's tunnel address and port, in -to).
@@ -72,12 +72,23 @@ func run() int {
 		}
 		fmt.Println(r)
 	case "bulk":
+		before, err := tunnel.ReadFrag(*from)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "wgtunnel:", err)
+			return 1
+		}
 		r, err := tunnel.Bulk(ctx, *from, *to, ap, int64(*mb)*1e6, *limit)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "wgtunnel:", err)
 			return 1
 		}
-		fmt.Println(r)
+		after, err := tunnel.ReadFrag(*from)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "wgtunnel:", err)
+			return 1
+		}
+		d := after.Sub(before)
+		fmt.Printf("%v; MSS %d; FragOKs +%d, FragCreates +%d\n", r, r.MSS, d.OKs, d.Creates)
 	default:
 		fmt.Fprintf(os.Stderr, "wgtunnel: unknown command %q\n", cmd)
 		return 2
