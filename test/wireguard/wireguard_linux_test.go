@@ -192,7 +192,7 @@ func TestKernelWireGuardLinkFlap(t *testing.T) {
 	w.ip(w.worker, "route replace 10.0.0.1 dev enp7s0 proto dhcp scope link src 10.0.0.5")
 	w.ip(w.worker, "route replace 10.0.0.0/16 via 10.0.0.1 dev enp7s0 proto dhcp src 10.0.0.5")
 	start := time.Now()
-	if !poll(5*time.Second, func() bool { return w.ruleThere() && w.unmarkedSplit() && w.markedMain() }) {
+	if !poll(5*time.Second, func() bool { return w.unmarkedSplit() && w.ruleThere() && w.markedMain() }) {
 		t.Fatalf("the split was not put back after the flap in 5s:\n%s%s", w.ipOut(w.worker, "rule"), w.ipOut(w.worker, "route show table all"))
 	}
 	repair := time.Since(start)

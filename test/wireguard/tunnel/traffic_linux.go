@@ -37,10 +37,10 @@ func (r FullSizeResult) String() string {
 // FullSize sends count UDP datagrams that make IP packets of size bytes
 // from the namespace from to dst, which an echo server FullSize runs in
 // the namespace to answers, one at a time, each waiting up to echoWait for
-// its echo. It reads from's fragmentation counters before and after: with
-// dst a tunnel address and size the tunnel's MTU, the packets fill the
-// tunnel exactly and what fragments is the tunnel's own, encrypted,
-// packets on the underlay.
+// its echo; it stops early after giveUp missed in a row. It reads from's
+// fragmentation counters before and after: with dst a tunnel address and
+// size the tunnel's MTU, the packets fill the tunnel exactly and what
+// fragments is the tunnel's own, encrypted, packets on the underlay.
 func FullSize(ctx context.Context, from, to string, dst netip.AddrPort, size, count int) (FullSizeResult, error) {
 	res := FullSizeResult{Size: size}
 	if size < udpOverhead+4 {
@@ -77,6 +77,7 @@ func FullSize(ctx context.Context, from, to string, dst netip.AddrPort, size, co
 	start := time.Now()
 	out := make([]byte, size-udpOverhead)
 	in := make([]byte, len(out)+1)
+	silent := 0 // echoes missed in a row
 	for seq := range count {
 		if ctx.Err() != nil {
 			break
@@ -88,6 +89,9 @@ func FullSize(ctx context.Context, from, to string, dst netip.AddrPort, size, co
 		res.Sent++
 		if answered(c, in, uint32(seq), len(out)) {
 			res.Answered++
+			silent = 0
+		} else if silent++; silent == giveUp {
+			break
 		}
 	}
 	res.Elapsed = time.Since(start)
@@ -98,6 +102,10 @@ func FullSize(ctx context.Context, from, to string, dst netip.AddrPort, size, co
 	res.Frag = after.Sub(before)
 	return res, nil
 }
+
+// giveUp is how many echoes missed in a row end FullSize early: the tunnel
+// is down, and the rest would only take echoWait each to say so.
+const giveUp = 10
 
 // echoWait is how long FullSize waits for each echo: round trips between
 // two namespaces take well under a millisecond, a handshake a few.
