@@ -32,7 +32,14 @@ func run() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cmd, args := os.Args[1], os.Args[2:]
+	code := run1(ctx, os.Args[1], os.Args[2:])
+	if code != 0 && ctx.Err() != nil {
+		return 130 // interrupted: say so to the demo, as a shell would
+	}
+	return code
+}
+
+func run1(ctx context.Context, cmd string, args []string) int {
 	if cmd == "wireguard-go" {
 		if len(args) != 1 {
 			fmt.Fprintln(os.Stderr, "usage: wgtunnel wireguard-go DIR")
