@@ -31,8 +31,8 @@ build:
 # their Go modules (about 10 min on 2 cores; cached in $(MARKSPLIT_CACHE))
 # and installs runc from Debian when it is missing: 18 min in all on a fresh
 # 2-core machine; later runs about 2.5 min. The WireGuard tests add about
-# 20 s (a first run builds wireguard-go and installs wireguard-tools: about
-# 30 s more).
+# half a minute (a first run installs wireguard-tools and builds wireguard-go:
+# about a minute more).
 test: kernel-check
 	@echo "== go test -race ./... (unit, fake-kernel and real-kernel tests)"
 	$(GO) test -race -count=1 ./...
