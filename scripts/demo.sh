@@ -9,8 +9,10 @@
 # loop. It sends full-size traffic through the tunnel and shows FragOKs
 # climbing, a bulk TCP transfer starving; runs `marksplit run`; sends the
 # same traffic again (FragOKs flat, nothing lost, the transfer at full
-# speed); shows host traffic to the peer still at the tunnel MTU; deletes
-# the rule to show the repair; and removes everything it created: the
+# speed); shows host traffic to the peer still at the tunnel MTU (ip route
+# get, and a host TCP connection that tc mirred redirects into the tunnel,
+# as Cilium's BPF does, where tc has u32 and mirred); deletes the rule to
+# show the repair; and removes everything it created: the
 # namespaces, the WireGuard processes (with their private mounts) and its
 # files. The removal also runs on Ctrl-C and on failure.
 #
@@ -25,7 +27,6 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-REPO=$PWD
 
 die() { echo "demo: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "run as root: the demo creates network namespaces (sudo make demo)"
