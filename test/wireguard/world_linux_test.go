@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/marksplit/marksplit/test/wireguard/tunnel"
 )
 
 // prereqs is what every test needs once: the binaries, and whether the
@@ -38,15 +40,21 @@ func need(t *testing.T) *prereqs {
 	p := &the
 	p.once.Do(p.check)
 	if p.skip != "" {
-		if os.Getenv("MARKSPLIT_KERNEL_TESTS") == "1" {
-			t.Fatalf("MARKSPLIT_KERNEL_TESTS=1, but %s", p.skip)
-		}
-		t.Skip(p.skip)
+		skipOrFail(t, p.skip)
 	}
 	if p.err != nil {
 		t.Fatal(p.err)
 	}
 	return p
+}
+
+// skipOrFail skips t for why, or fails it under MARKSPLIT_KERNEL_TESTS=1.
+func skipOrFail(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("MARKSPLIT_KERNEL_TESTS") == "1" {
+		t.Fatalf("MARKSPLIT_KERNEL_TESTS=1, but %s", why)
+	}
+	t.Skip(why)
 }
 
 func (p *prereqs) check() {
@@ -72,7 +80,7 @@ func (p *prereqs) check() {
 			p.skip = "no WireGuard in the kernel and no /dev/net/tun for wireguard-go"
 			return
 		}
-		if p.wireguardGo, p.err = tunnelBuildWireGuardGo(); p.err != nil {
+		if p.wireguardGo, p.err = tunnel.BuildWireGuardGo("wireguard-go", os.Stderr); p.err != nil {
 			return
 		}
 	}
@@ -181,10 +189,18 @@ func newWorld(t *testing.T) *world {
 // miss their non-first fragments; WireGuard's packets, UDP, never match.
 func (w *world) redirect() {
 	w.t.Helper()
-	w.must("tc", "-n", w.worker, "qdisc", "add", "dev", "enp7s0", "clsact")
-	w.must("tc", "-n", w.worker, "filter", "add", "dev", "enp7s0", "egress", "prio", "1", "protocol", "ip", "u32",
-		"match", "ip", "dst", "10.0.0.9/32", "match", "ip", "protocol", "6", "0xff",
-		"action", "mirred", "egress", "redirect", "dev", "cilium_wg0")
+	for _, args := range [][]string{
+		{"qdisc", "add", "dev", "enp7s0", "clsact"},
+		{"filter", "add", "dev", "enp7s0", "egress", "prio", "1", "protocol", "ip", "u32",
+			"match", "ip", "dst", "10.0.0.9/32", "match", "ip", "protocol", "6", "0xff",
+			"action", "mirred", "egress", "redirect", "dev", "cilium_wg0"},
+	} {
+		out, err := exec.Command("tc", append([]string{"-n", w.worker}, args...)...).CombinedOutput()
+		if err != nil {
+			skipOrFail(w.t, fmt.Sprintf("this kernel cannot redirect with tc (clsact, u32, mirred): tc %s: %v: %s",
+				strings.Join(args, " "), err, bytes.TrimSpace(out)))
+		}
+	}
 }
 
 // tunnelTxBytes returns the bytes the worker has sent into cilium_wg0.
