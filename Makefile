@@ -13,7 +13,7 @@ LDFLAGS     := -s -w -X main.version=$(VERSION)
 FUZZTIME    ?= 10s
 export MARKSPLIT_CACHE ?= /var/cache/marksplit
 
-.PHONY: all build test test-k8s test-image kernel-check bench bench-compare fuzz lint demo image image-docker release clean
+.PHONY: all build test test-k8s test-image test-wireguard kernel-check bench bench-compare fuzz lint demo image image-docker release clean
 
 all: build
 
@@ -23,13 +23,16 @@ build:
 
 # The one test command (README.md, .ci/run): unit, fake-kernel and
 # real-kernel tests, the manifests, the image tool, the agent against a real
-# kube-apiserver, and the image in an OCI runtime as the DaemonSet runs it.
+# kube-apiserver, the image in an OCI runtime as the DaemonSet runs it, and
+# the agent's effect on a real WireGuard tunnel.
 # The real-kernel parts need root and network namespaces: without them one
 # line says so and they are skipped (MARKSPLIT_KERNEL_TESTS=1, as in CI,
 # makes that a failure). The first run builds etcd and kube-apiserver from
 # their Go modules (about 10 min on 2 cores; cached in $(MARKSPLIT_CACHE))
 # and installs runc from Debian when it is missing: 18 min in all on a fresh
-# 2-core machine; later runs about 2.5 min.
+# 2-core machine; later runs about 2.5 min. The WireGuard tests add about
+# half a minute (a first run installs wireguard-tools and builds wireguard-go:
+# about a minute more).
 test: kernel-check
 	@echo "== go test -race ./... (unit, fake-kernel and real-kernel tests)"
 	$(GO) test -race -count=1 ./...
@@ -37,7 +40,7 @@ test: kernel-check
 	cd deploy && $(GO) test -count=1 ./...
 	cd bench && $(GO) test -count=1 ./...
 	cd tools/image && $(GO) test -count=1 ./...
-	@$(MAKE) --no-print-directory test-k8s test-image
+	@$(MAKE) --no-print-directory test-k8s test-image test-wireguard
 
 # skip_unless_kernel ends a recipe line with a "skipped" line when the
 # real-kernel tests cannot run here, or fails it under MARKSPLIT_KERNEL_TESTS=1.
@@ -63,6 +66,17 @@ test-image: image
 	echo "== test/image: bin/marksplit-image.tar in runc, as deploy/daemonset.yaml runs it"; \
 	cd test/image && MARKSPLIT_IMAGE=$(CURDIR)/bin/marksplit-image.tar $(GO) test -count=1 -v -timeout 10m ./...
 
+# The agent on a real WireGuard tunnel between two node namespaces: FragOKs
+# climbs without it and stays flat with it, a flap is put right within a
+# second, a wrong mark is caught. wireguard-go is built once from its pinned
+# module (test/wireguard/wireguard-go) into $(MARKSPLIT_CACHE) unless the
+# kernel has WireGuard; wg comes from Debian's wireguard-tools.
+test-wireguard:
+	@$(skip_unless_kernel); \
+	echo "== test/wireguard: the agent's effect on a real WireGuard tunnel"; \
+	scripts/install-wireguard-tools.sh && \
+	cd test/wireguard && $(GO) test -count=1 -v -timeout 5m ./...
+
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
@@ -83,11 +97,13 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	@if $(GO) mod graph | grep -q wireguard; then echo "go.mod: the library must not depend on wireguard-go (test/wireguard pins it)"; exit 1; fi
 	cd deploy && $(GO) vet ./...
 	cd test/k8s && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd tools/image && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd test/image && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	cd test/wireguard && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 demo:
 	scripts/demo.sh

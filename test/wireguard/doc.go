@@ -1,0 +1,41 @@
+// Package wireguard tests the marksplit agent for the effect it exists for,
+// on a real WireGuard tunnel: WireGuard's own packets are no longer
+// fragmented, and nothing sent through the tunnel is lost.
+//
+// The tests build the agent from ../../agent and wireguard-go from
+// ./wireguard-go (a module of its own that pins golang.zx2c4.com/wireguard,
+// so that neither this module's nor the library's go.mod depends on it),
+// cached in ${MARKSPLIT_CACHE:-/var/cache/marksplit}. Where the kernel has
+// the wireguard module, the kernel's WireGuard is used instead. `wg` comes
+// from Debian's wireguard-tools (`make test` installs it without
+// recommends). Package tunnel holds the traffic and counters they measure
+// with, and ./cmd/wgtunnel gives them to `make demo`.
+//
+// # Running
+//
+//	make test-wireguard   # from the repository root, or:
+//	cd test/wireguard && MARKSPLIT_KERNEL_TESTS=1 go test -count=1 -v ./...
+//	go test -count=1 -v -run TestKernelWireGuardEffect -agent-mark=0xd00/0xf00   # must FAIL
+//
+// The tests need root, network namespaces, /dev/net/tun (for wireguard-go),
+// Go, iproute2, util-linux (unshare, nsenter) and wg. Without them they skip
+// with the reason, unless MARKSPLIT_KERNEL_TESTS=1, which turns every skip
+// into a failure. -short skips them.
+//
+// # Network namespaces
+//
+// Each test builds three: a gateway (a bridge at 10.0.0.1/16), the worker
+// (enp7s0 at MTU 1450, 10.0.0.5, its private route lowered to 1355 as the
+// old polling loop left it) and a peer node (10.0.0.9). Each node has
+// cilium_wg0 at MTU 1355 with fwmark 0xe00, as Cilium configures it, and a
+// tunnel address (10.244.5.1, 10.244.9.1) that traffic is sent between.
+// Each wireguard-go runs under `unshare -m` with a private tmpfs on /run:
+// its control socket /run/wireguard/cilium_wg0.sock is one path for the
+// whole host. Nothing is added to the host's own namespace.
+//
+// # Debugging
+//
+// A failing test logs the agent's output. Namespaces are named
+// mswg-<pid>-<n>-{gw,w,p}; they are removed at the end of each test, and a
+// killed run's leftovers by the next run.
+package wireguard
