@@ -71,7 +71,6 @@ func DefaultConfig() Config {
 	}
 }
 
-
 // Validate reports the first problem with c, in one line.
 func (c Config) Validate() error {
 	err := c.validate()
