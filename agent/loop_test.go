@@ -460,7 +460,7 @@ func TestLoopPeriodicResync(t *testing.T) {
 	h.waitConverged()
 	h.takeLines()
 	deadline := time.Now().Add(5 * time.Second)
-	for h.w.Stats().Resyncs[netwatch.ResyncRequested] < 3 {
+	for h.w.Stats().Resyncs["requested"] < 3 {
 		if time.Now().After(deadline) {
 			t.Fatalf("resyncs: %v, want 3 requested", h.w.Stats().Resyncs)
 		}

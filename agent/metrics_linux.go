@@ -257,8 +257,8 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range []netwatch.Kind{netwatch.KindLink, netwatch.KindAddr, netwatch.KindRoute, netwatch.KindRule} {
 		ch <- prometheus.MustNewConstMetric(descEvents, prometheus.CounterValue, float64(st.Events[k]), k.String())
 	}
-	for cause := netwatch.ResyncInitial; cause <= netwatch.ResyncLinkRoutes; cause++ {
-		ch <- prometheus.MustNewConstMetric(descResyncs, prometheus.CounterValue, float64(st.Resyncs[cause]), cause.String())
+	for cause, n := range st.Resyncs {
+		ch <- prometheus.MustNewConstMetric(descResyncs, prometheus.CounterValue, float64(n), cause)
 	}
 	ch <- prometheus.MustNewConstMetric(descSynced, prometheus.GaugeValue, bool01(st.Synced))
 	ch <- prometheus.MustNewConstMetric(descReconnects, prometheus.CounterValue, float64(st.Reconnects))

@@ -165,11 +165,11 @@ func childChurn(contender string, rcvbuf, existing int, expected int64) (churnRe
 	res.ENOBUFS, res.ENOBUFSIs, res.Errors, res.Died, res.DiedAfter = t.enobufs.Load(), t.enobufsIs, t.errs, t.died, t.diedAfter
 	if nw, ok := c.(*netwatchConsumer); ok {
 		st := nw.w.Stats()
-		res.Resyncs = st.Resyncs[netwatch.ResyncOverflow]
+		res.Resyncs = st.Resyncs["overflow"]
 		res.ENOBUFS = int64(res.Resyncs) // it resyncs on each ENOBUFS it reads
 		res.ResyncsAll = make(map[string]uint64)
 		for k, v := range st.Resyncs {
-			res.ResyncsAll[k.String()] = v
+			res.ResyncsAll[k] = v
 		}
 	}
 	if mine := c.routes(); mine != nil {

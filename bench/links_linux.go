@@ -106,7 +106,7 @@ func childLinks(expect int) (linkResult, error) {
 	unix.Getrusage(unix.RUSAGE_SELF, &ru1)
 	st1 := w.Stats()
 	res.CPUNS = ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
-	res.FullRedumps = st1.Resyncs[netwatch.ResyncRoutes] - st0.Resyncs[netwatch.ResyncRoutes]
-	res.LinkRedumps = st1.Resyncs[netwatch.ResyncLinkRoutes] - st0.Resyncs[netwatch.ResyncLinkRoutes]
+	res.FullRedumps = st1.Resyncs["routes"] - st0.Resyncs["routes"]
+	res.LinkRedumps = st1.Resyncs["link-routes"] - st0.Resyncs["link-routes"]
 	return res, nil
 }

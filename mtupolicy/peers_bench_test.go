@@ -52,7 +52,7 @@ func BenchmarkDesiredPeersLargeMain(b *testing.B) {
 		for i := range n {
 			s.Routes = append(s.Routes, netwatch.Route{Family: netwatch.IPv4, Table: netwatch.TableMain,
 				Dst:     netip.PrefixFrom(netip.AddrFrom4([4]byte{11, byte(i >> 16), byte(i >> 8), byte(i)}), 32),
-				Gateway: addr("10.0.0.1"), Index: idxEnp, Protocol: netwatch.ProtoBGP, Type: netwatch.RouteUnicast})
+				Gateway: addr("10.0.0.1"), Index: idxEnp, Protocol: netwatch.Protocol(186), Type: netwatch.RouteUnicast})
 		}
 		v := s.View()
 		b.Run(fmt.Sprintf("routes=%d", n), func(b *testing.B) {

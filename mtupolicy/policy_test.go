@@ -62,7 +62,7 @@ var (
 		Index: idxEnp, Metric: 256, Protocol: netwatch.ProtoKernel, Type: netwatch.RouteUnicast}
 	linkLocal6 = with(nodeNet6, func(r *netwatch.Route) { r.Dst = pfx("fe80::/64") })
 	default6   = netwatch.Route{Family: netwatch.IPv6, Table: netwatch.TableMain, Dst: pfx("::/0"),
-		Gateway: addr("fe80::1"), Index: idxEth, Metric: 1024, Protocol: netwatch.ProtoRA, Type: netwatch.RouteUnicast}
+		Gateway: addr("fe80::1"), Index: idxEth, Metric: 1024, Protocol: netwatch.Protocol(9), Type: netwatch.RouteUnicast}
 )
 
 // What the policy installs for the fixture node.

@@ -187,7 +187,7 @@ func drawRoute(t *rapid.T, label string, table netwatch.Table, dst4, dst6 []stri
 		r.Scope = netwatch.ScopeLink
 	}
 	r.MTU = rapid.SampledFrom([]uint32{0, tunMTU, 1355, 1450, 1400}).Draw(t, label+"MTU")
-	r.Protocol = rapid.SampledFrom([]netwatch.Protocol{netwatch.ProtoKernel, netwatch.ProtoDHCP, netwatch.ProtoBoot, netwatch.ProtoStatic, netwatch.ProtoRA}).Draw(t, label+"Proto")
+	r.Protocol = rapid.SampledFrom([]netwatch.Protocol{netwatch.ProtoKernel, netwatch.ProtoDHCP, netwatch.ProtoBoot, netwatch.ProtoStatic, netwatch.Protocol(9)}).Draw(t, label+"Proto")
 	if rapid.IntRange(0, 9).Draw(t, label+"Onlink") == 0 {
 		r.Flags |= netwatch.RouteOnlink
 	}

@@ -96,8 +96,8 @@ func (a *Applier) do(op Op) (already bool, err error) {
 		// The route's identity, nothing else: the kernel compares the
 		// metrics a delete names, and adds some of its own (rto_min's lock).
 		r := op.Route
-		r.Scope = ScopeNowhere // the kernel's wildcard
-		r.MTU, r.Metrics, r.Expires, r.Pref, r.Attrs = 0, Metrics{}, time.Time{}, PrefMedium, ""
+		r.Scope = scopeNowhere // the kernel's wildcard
+		r.MTU, r.Metrics, r.Expires, r.Pref, r.Attrs = 0, Metrics{}, time.Time{}, prefMedium, ""
 		typ, ok = unix.RTM_DELROUTE, []unix.Errno{unix.ESRCH}
 		data, err = encodeRoute(r)
 	case RuleAdd:

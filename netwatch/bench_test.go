@@ -393,7 +393,7 @@ func benchIngest(b *testing.B, tableRoutes int) {
 		if st.Events[KindRoute] >= want {
 			break
 		}
-		if st.Resyncs[ResyncOverflow] > base.Resyncs[ResyncOverflow] && st.Synced {
+		if st.Resyncs[resyncOverflow] > base.Resyncs[resyncOverflow] && st.Synced {
 			var n int
 			w.Read(func(v View) { n = v.RouteCount(IPv4) })
 			if n == baseRoutes {
@@ -412,7 +412,7 @@ func benchIngest(b *testing.B, tableRoutes int) {
 	events := st.Events[KindRoute] - base.Events[KindRoute]
 	b.ReportMetric(float64(events)/caught.Seconds(), "events/s")
 	b.ReportMetric(float64(total)/written.Seconds(), "kernel-changes/s")
-	b.ReportMetric(float64(st.Resyncs[ResyncOverflow]-base.Resyncs[ResyncOverflow]), "overflows")
+	b.ReportMetric(float64(st.Resyncs[resyncOverflow]-base.Resyncs[resyncOverflow]), "overflows")
 }
 
 // everyOther returns the routes of rs at even (from 0) or odd (from 1)
@@ -434,7 +434,7 @@ func BenchmarkDumpApply(b *testing.B) {
 	var dgrams [][]byte
 	var d []byte
 	for _, r := range gwRoutes(TableMain, 0, n, netip.MustParseAddr("10.200.0.2"), 2) {
-		r.Protocol, r.Metric, r.PrefSrc = ProtoBGP, 20, netip.MustParseAddr("10.200.0.1")
+		r.Protocol, r.Metric, r.PrefSrc = protoBGP, 20, netip.MustParseAddr("10.200.0.1")
 		data, err := encodeRoute(r)
 		if err != nil {
 			b.Fatal(err)
@@ -504,8 +504,8 @@ func BenchmarkKernelLinkEvent(b *testing.B) {
 			cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/change")
 			st1 := w.Stats()
-			b.ReportMetric(float64(st1.Resyncs[ResyncRoutes]-st0.Resyncs[ResyncRoutes]), "full-redumps")
-			b.ReportMetric(float64(st1.Resyncs[ResyncLinkRoutes]-st0.Resyncs[ResyncLinkRoutes]), "link-redumps")
+			b.ReportMetric(float64(st1.Resyncs[resyncRoutes]-st0.Resyncs[resyncRoutes]), "full-redumps")
+			b.ReportMetric(float64(st1.Resyncs[resyncLinkRoutes]-st0.Resyncs[resyncLinkRoutes]), "link-redumps")
 		})
 	}
 }

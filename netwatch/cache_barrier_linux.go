@@ -14,9 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrNotRunning is Barrier's error while the watcher has no session: Run
+// errNotRunning is Barrier's error while the watcher has no session: Run
 // has not started, has returned, or is reconnecting.
-var ErrNotRunning = errors.New("netwatch: watcher not running")
+var errNotRunning = errors.New("netwatch: watcher not running")
 
 // Barrier returns once the cache holds every change the kernel made before
 // the call, or with ctx's error when ctx ends first. A program that has
@@ -32,7 +32,7 @@ func (w *Watcher) Barrier(ctx context.Context) error {
 	mc, gen := w.kick, w.kickGen
 	w.kickMu.Unlock()
 	if mc == nil {
-		return ErrNotRunning
+		return errNotRunning
 	}
 	seq, done := w.bar.add(gen)
 	if err := sendBarrier(mc, seq); err != nil {

@@ -38,7 +38,7 @@ func (w *Watcher) redump(rc rtnl.Conn, pending redumps) error {
 }
 
 // fullSync dumps everything into a new state and swaps it in.
-func (w *Watcher) fullSync(rc rtnl.Conn, cause ResyncCause) error {
+func (w *Watcher) fullSync(rc rtnl.Conn, cause resyncCause) error {
 	defer w.releaseDumpBuffers()
 	start := time.Now()
 	next := newState()
@@ -63,7 +63,7 @@ func (w *Watcher) fullSync(rc rtnl.Conn, cause ResyncCause) error {
 	old := w.st
 	next.synced = true
 	next.gen = old.gen + 1
-	if cause != ResyncInitial {
+	if cause != resyncInitial {
 		// What differs was changed without an event reaching the cache.
 		diffStates(old, next, w.publishResync)
 	}
@@ -80,8 +80,8 @@ func (w *Watcher) fullSync(rc rtnl.Conn, cause ResyncCause) error {
 	w.stats.Resyncs[cause]++
 	w.stats.LastSyncDuration = time.Since(start)
 	w.statMu.Unlock()
-	if cause != ResyncInitial {
-		w.log.Info("netwatch: resynced", "cause", cause.String(), "took_ms", float64(time.Since(start).Microseconds())/1000)
+	if cause != resyncInitial {
+		w.log.Info("netwatch: resynced", "cause", cause, "took_ms", float64(time.Since(start).Microseconds())/1000)
 	}
 	return nil
 }
@@ -105,7 +105,7 @@ func (w *Watcher) redumpRoutes(rc rtnl.Conn, fams redumps) error {
 		w.signal()
 		w.mu.Unlock()
 		w.statMu.Lock()
-		w.stats.Resyncs[ResyncRoutes]++
+		w.stats.Resyncs[resyncRoutes]++
 		w.statMu.Unlock()
 	}
 	return nil
@@ -151,7 +151,7 @@ func (w *Watcher) redumpRoutesOut(rc rtnl.Conn, f Family, links []uint32) error 
 			return w.redumpRoutes(rc, familyRedump(f))
 		}
 		w.statMu.Lock()
-		w.stats.Resyncs[ResyncLinkRoutes]++
+		w.stats.Resyncs[resyncLinkRoutes]++
 		w.statMu.Unlock()
 	}
 	return nil
@@ -183,7 +183,7 @@ func (w *Watcher) redumpRules(rc rtnl.Conn) error {
 	w.signal()
 	w.mu.Unlock()
 	w.statMu.Lock()
-	w.stats.Resyncs[ResyncRules]++
+	w.stats.Resyncs[resyncRules]++
 	w.statMu.Unlock()
 	return nil
 }
@@ -212,7 +212,7 @@ func (w *Watcher) dump(rc rtnl.Conn, d dumpOf, s *state) error {
 			return err
 		}
 		w.statMu.Lock()
-		w.stats.Resyncs[ResyncInterrupted]++
+		w.stats.Resyncs[resyncInterrupted]++
 		w.statMu.Unlock()
 		if attempt == maxDumpAttempts {
 			return fmt.Errorf("netwatch: dump of type %d family %d interrupted %d times", d.typ, d.af, attempt)

@@ -13,8 +13,8 @@ import (
 // subscribes again and starts from a fresh view.
 var ErrLagged = errors.New("netwatch: subscriber fell behind; events were not delivered")
 
-// ErrUnsubscribed ends a subscription its owner closed.
-var ErrUnsubscribed = errors.New("netwatch: unsubscribed")
+// errUnsubscribed ends a subscription its owner closed.
+var errUnsubscribed = errors.New("netwatch: unsubscribed")
 
 // Subscription delivers every change to the cache, in order: events, and
 // after a resync the differences it found, as events.
@@ -102,7 +102,7 @@ func (s *Subscription) Err() error {
 func (s *Subscription) Close() {
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
-	s.end(ErrUnsubscribed)
+	s.end(errUnsubscribed)
 }
 
 // end is called with w.mu held.

@@ -59,36 +59,36 @@ type Options struct {
 	RetryMin, RetryMax time.Duration
 }
 
-// ResyncCause says why the whole cache was dumped again.
-type ResyncCause uint8
+// resyncCause says why the whole cache, or a part, was dumped again: a
+// key of Stats.Resyncs.
+type resyncCause = string
 
-// Causes of a resync.
+// Causes of a resync, as Stats.Resyncs names them.
 const (
-	ResyncInitial     ResyncCause = iota // first sync of a session
-	ResyncOverflow                       // ENOBUFS: events were lost
-	ResyncInterrupted                    // a dump came back with NLM_F_DUMP_INTR
-	ResyncReconnect                      // the sockets failed and were reopened
-	ResyncRequested                      // Watcher.Resync was called
-	ResyncRoutes                         // routes re-dumped after a silent kernel change
-	ResyncRules                          // rules re-dumped after an ambiguous rule event
-	ResyncLinkRoutes                     // a link's routes re-dumped after a change of the link
-	numResyncCauses
+	resyncInitial     resyncCause = "initial"     // first sync of a session
+	resyncOverflow    resyncCause = "overflow"    // ENOBUFS: events were lost
+	resyncInterrupted resyncCause = "interrupted" // a dump came back with NLM_F_DUMP_INTR
+	resyncReconnect   resyncCause = "reconnect"   // the sockets failed and were reopened
+	resyncRequested   resyncCause = "requested"   // Watcher.Resync was called
+	resyncRoutes      resyncCause = "routes"      // routes re-dumped after a silent kernel change
+	resyncRules       resyncCause = "rules"       // rules re-dumped after an ambiguous rule event
+	resyncLinkRoutes  resyncCause = "link-routes" // a link's routes re-dumped after a change of the link
 )
 
-var resyncNames = [...]string{"initial", "overflow", "interrupted", "reconnect", "requested", "routes", "rules", "link-routes"}
-
-func (c ResyncCause) String() string {
-	if c < numResyncCauses {
-		return resyncNames[c]
-	}
-	return fmt.Sprintf("unknown(%d)", uint8(c))
-}
+// resyncCauses are the keys Stats.Resyncs always has.
+var resyncCauses = [...]resyncCause{resyncInitial, resyncOverflow, resyncInterrupted, resyncReconnect,
+	resyncRequested, resyncRoutes, resyncRules, resyncLinkRoutes}
 
 // Stats are counters for metrics.
 type Stats struct {
-	Synced           bool
-	Events           map[Kind]uint64        // events applied, by kind
-	Resyncs          map[ResyncCause]uint64 // dumps, by cause
+	Synced bool
+	Events map[Kind]uint64 // events applied, by kind
+	// Resyncs counts dumps by cause, each of which is always a key:
+	// initial, overflow (events were lost), interrupted (a dump marked
+	// interrupted), reconnect, requested (Watcher.Resync or an
+	// undecodable message), routes (after a silent kernel change), rules
+	// and link-routes (a link's routes, after a change of the link).
+	Resyncs          map[string]uint64
 	Reconnects       uint64
 	Malformed        uint64 // messages that failed to decode (each forces a resync)
 	LastSyncDuration time.Duration
@@ -166,10 +166,13 @@ func New(opts Options) *Watcher {
 		st:      newState(),
 		subs:    make(map[*Subscription]struct{}),
 		changed: make(chan struct{}),
-		stats:   Stats{Events: make(map[Kind]uint64), Resyncs: make(map[ResyncCause]uint64)},
+		stats:   Stats{Events: make(map[Kind]uint64), Resyncs: make(map[string]uint64)},
 	}
 	if d, ok := w.dialer.(interface{ owners() ownerFinder }); ok {
 		w.owners = d.owners()
+	}
+	for _, c := range resyncCauses {
+		w.stats.Resyncs[c] = 0
 	}
 	w.now.Store(&cacheState{changed: w.changed})
 	return w
@@ -255,18 +258,18 @@ func (w *Watcher) setKick(mc rtnl.Conn) {
 	w.kickGen++
 }
 
-// ErrRunning is returned by a second concurrent Run.
-var ErrRunning = errors.New("netwatch: watcher already running")
+// errRunning is returned by a second concurrent Run.
+var errRunning = errors.New("netwatch: watcher already running")
 
 // Run keeps the cache until ctx ends, then returns nil. Socket failures
 // are retried with backoff: meanwhile the cache keeps its last content but
 // is not synced. Run returns an error only for a second concurrent call.
 func (w *Watcher) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
-		return ErrRunning
+		return errRunning
 	}
 	defer w.running.Store(false)
-	defer w.bar.releaseOlder(^uint64(0), ErrNotRunning)
+	defer w.bar.releaseOlder(^uint64(0), errNotRunning)
 
 	stop := context.AfterFunc(ctx, w.interrupt)
 	defer stop()
@@ -282,7 +285,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		backoff.WithInitialInterval(w.opts.RetryMin),
 		backoff.WithMaxInterval(w.opts.RetryMax),
 		backoff.WithMaxElapsedTime(0))
-	cause := ResyncInitial
+	cause := resyncInitial
 	for {
 		err := w.session(ctx, cause, bo)
 		if ctx.Err() != nil {
@@ -301,7 +304,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		cause = ResyncReconnect
+		cause = resyncReconnect
 	}
 }
 
@@ -316,7 +319,7 @@ func (w *Watcher) setUnsynced() {
 }
 
 // session runs one pair of sockets until it fails or ctx ends.
-func (w *Watcher) session(ctx context.Context, cause ResyncCause, bo backoff.BackOff) error {
+func (w *Watcher) session(ctx context.Context, cause resyncCause, bo backoff.BackOff) error {
 	mc, err := w.dialer.Dial(rtnl.DialConfig{Groups: groups, ReadBuffer: w.opts.ReadBuffer})
 	if err != nil {
 		return err
@@ -383,7 +386,7 @@ func (s *receiveLoop) run(ctx context.Context) error {
 			}
 		case errors.Is(recvErr, errTruncated):
 			w.log.Warn("netwatch: rtnetlink datagram cut short; resyncing", "err", recvErr)
-			if err := s.resync(ResyncOverflow); err != nil {
+			if err := s.resync(resyncOverflow); err != nil {
 				return err
 			}
 			continue
@@ -395,7 +398,7 @@ func (s *receiveLoop) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if err := s.resync(ResyncOverflow); err != nil {
+			if err := s.resync(resyncOverflow); err != nil {
 				return err
 			}
 			continue
@@ -403,7 +406,7 @@ func (s *receiveLoop) run(ctx context.Context) error {
 			return fmt.Errorf("netwatch: receive events: %w", recvErr)
 		}
 		if w.resyncReq.Swap(false) {
-			if err := s.resync(ResyncRequested); err != nil {
+			if err := s.resync(resyncRequested); err != nil {
 				return err
 			}
 			continue
@@ -518,7 +521,7 @@ func (s *receiveLoop) reopen() error {
 // pending re-dumps, a late drain reply is ignored, and the Barrier calls
 // answered in this round end, the dump having brought in what came before
 // their replies.
-func (s *receiveLoop) resync(cause ResyncCause) error {
+func (s *receiveLoop) resync(cause resyncCause) error {
 	if err := s.w.fullSync(s.rc, cause); err != nil {
 		return err
 	}

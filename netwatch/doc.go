@@ -1,18 +1,20 @@
 // Package netwatch keeps a typed, exact cache of a Linux network namespace's
 // links, addresses, routes (every table, IPv4 and IPv6) and policy rules,
-// fed by rtnetlink multicast, and keeps a desired state limited to what its
-// caller owns.
+// fed by rtnetlink multicast, and makes kernel changes (Applier).
 //
-// A program built on it is a policy and a few lines around it:
+// It has two companions. Package reconcile turns a policy (a pure function
+// from a View to the routes and rules it wants, limited to what it owns)
+// into kernel changes, in the one loop every netwatch program runs:
 //
 //	w := netwatch.New(netwatch.Options{})   // the cache
 //	go w.Run(ctx)                           // the caller runs it
-//	a, _ := netwatch.DialApplier(netwatch.Options{})
-//	r := &netwatch.Reconciler{Watcher: w, Applier: a, Policy: policy, Logger: log}
+//	a, _ := netwatch.DialApplier(nil)       // nil: this thread's namespace
+//	r := &reconcile.Reconciler{Watcher: w, Applier: a, Policy: policy, Logger: log}
 //	return r.Run(ctx)                       // the one loop
 //
-// where policy is a pure function from a View to a Desired state. The
-// package Example is a whole one, for both families.
+// Package netwatchtest is the test kit: a fake rtnetlink kernel with fault
+// injection (its NetNS puts a Watcher or an Applier on it) and helpers for
+// real-kernel tests in throwaway network namespaces.
 //
 // # Reading
 //
@@ -32,7 +34,7 @@
 // metric) and ConnectedRoutes, each in a documented order. Link and address
 // flags are typed (LinkUp, LinkLowerUp, AddrTentative, Addr.Usable, ...).
 // Options.RouteTables limits the route cache to some tables; View.Cached
-// says which, and Plan refuses to own or repair a table outside them.
+// says which, and reconcile.Plan refuses to own or repair a table outside them.
 //
 // # Who changed what
 //
@@ -59,34 +61,20 @@
 //
 // # Changing
 //
-// A Desired state names the routes and rules a policy wants, the scope it
-// owns (Own(table, priority) for both families), any foreign routes it
-// repairs, and Notes: why it wants less than it could ("link wg0 not
-// found"), which the Reconciler logs once. Plan turns a View and a Desired
-// into ordered operations (make before break), touching nothing outside the
-// owned scope; it takes an IPv6 metric 0 as the kernel's 1024, and rejects a
-// Desired it cannot plan with a *PlanError naming links by name. An Applier
-// executes operations idempotently: Result.Already tells "already so" (an
-// add of what exists, a delete of what the kernel had removed) from "done",
-// and a refusal is an *ApplyError that errors.Is matches against the errno.
-// RouteGet asks which route the kernel would choose.
-//
-// A Reconciler runs the loop: a pass on every change of the cache and every
-// Trigger (a burst coalesced into one pass), once the cache is synced; ok
-// false from the policy means "cannot tell yet" and changes nothing, an
-// empty Desired means "remove everything owned". It logs each change with
-// Op.Describe, waits (Barrier) until the cache holds its own changes before
-// planning again, retries a failed pass with backoff (never a PlanError: it
-// is logged once and waits for a change), and resyncs periodically. It
-// tells another program undoing what it made from the kernel's own flushes:
-// every object is changed at most a burst of times at once and then ten
-// times a second, and a fight is one warning naming the program.
+// An Applier makes the changes an Op names, idempotently: Result.Already
+// tells "already so" (an add of what exists, a delete of what the kernel had
+// removed) from "done", and a refusal is an *ApplyError that errors.Is
+// matches against the errno. Op.Describe renders a change as the one log
+// line that says what it was before. Applier.RouteGet asks which route the
+// kernel would choose, like `ip route get`. Route.Matches compares a wanted
+// route with the kernel's, ignoring the flags the kernel sets itself
+// (KernelRouteFlags).
 //
 // # Network namespaces
 //
 // Options.NetNS (from OpenNetNS, given a path such as /run/netns/NAME)
-// puts a Watcher, an Applier and RouteGet in that namespace; nil is the
-// calling thread's. The namespace must stay open while they run: a Watcher
+// puts a Watcher in that namespace, and DialApplier's argument an Applier;
+// nil is the calling thread's. The namespace must stay open while they run: a Watcher
 // opens new sockets when it reconnects. Nothing in the package changes a
 // thread's namespace.
 //
@@ -94,8 +82,7 @@
 //
 // A Watcher's methods are safe for concurrent use. Read holds a read lock
 // while its callback runs, so events wait: compute in the callback, do I/O
-// after it. An Applier is for one goroutine at a time; a Reconciler uses
-// its Applier from Run's goroutine.
+// after it. An Applier is for one goroutine at a time.
 //
 // # Full tables
 //
@@ -111,11 +98,11 @@
 // # Reading the source
 //
 // The files are named for the stage of the data flow they hold, in this
-// order: model (the types), kernel_ (sockets, namespaces, the owners of
-// ports), wire_ (rtnetlink bytes to values and back), cache_ (the Watcher,
-// its dumps, the sorted route store, the journal, Subscribe, Barrier),
-// view (View and its questions), plan_ (Desired, Plan, Describe), apply
-// (the Applier) and reconcile (the Reconciler and its fights).
+// order: model (the types and their text forms), kernel_ (sockets,
+// namespaces, the owners of ports), wire_ (rtnetlink bytes to values and
+// back), cache_ (the Watcher, its dumps, the sorted route store, the
+// journal, Subscribe, Barrier), view (View and its questions) and apply
+// (Op and the Applier).
 //
 // # Debugging
 //

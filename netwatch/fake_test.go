@@ -363,7 +363,7 @@ func TestFakeForeignChanges(t *testing.T) {
 		waitFake(t, w, k, s.name)
 	}
 	st := w.Stats()
-	if st.Resyncs[ResyncOverflow]+st.Resyncs[ResyncRequested]+st.Resyncs[ResyncReconnect] != 0 || st.Resyncs[ResyncInitial] != 1 {
+	if st.Resyncs[resyncOverflow]+st.Resyncs[resyncRequested]+st.Resyncs[resyncReconnect] != 0 || st.Resyncs[resyncInitial] != 1 {
 		t.Errorf("resyncs without a cause: %v", st.Resyncs)
 	}
 	if st.Events[KindRoute] <= base.Events[KindRoute] || st.Events[KindRule] <= base.Events[KindRule] ||
@@ -385,7 +385,7 @@ func TestFakeENOBUFS(t *testing.T) {
 	k.InjectENOBUFS(first.fake)
 	// A change the watcher only learns from the resync: its event goes
 	// to the old socket, which is not read any more.
-	st := waitStats(t, w, "overflow resync", func(s Stats) bool { return s.Resyncs[ResyncOverflow] == 1 })
+	st := waitStats(t, w, "overflow resync", func(s Stats) bool { return s.Resyncs[resyncOverflow] == 1 })
 	if err := k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.4.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +415,7 @@ func TestFakeOverflow(t *testing.T) {
 		}
 	})
 	waitFake(t, w, k, "after the overflow")
-	if st := w.Stats(); st.Resyncs[ResyncOverflow] == 0 {
+	if st := w.Stats(); st.Resyncs[resyncOverflow] == 0 {
 		t.Errorf("no overflow resync: %+v", st)
 	}
 }
@@ -451,7 +451,7 @@ func TestFakeOverflowCongested(t *testing.T) {
 			}
 		}
 	})
-	waitStats(t, w, "overflow resync", func(s Stats) bool { return s.Resyncs[ResyncOverflow] >= 1 })
+	waitStats(t, w, "overflow resync", func(s Stats) bool { return s.Resyncs[resyncOverflow] >= 1 })
 	if d.onRouteDump.Load() != nil {
 		t.Fatal("the resync dumped no routes")
 	}
@@ -467,7 +467,7 @@ func TestFakeDumpInterrupted(t *testing.T) {
 		w, _ := startFake(t, k, Options{})
 		waitFake(t, w, k, "initial sync")
 		st := w.Stats()
-		if st.Resyncs[ResyncInterrupted] != 2 || st.Reconnects != 0 {
+		if st.Resyncs[resyncInterrupted] != 2 || st.Reconnects != 0 {
 			t.Errorf("resyncs %v, reconnects %d; want 2 interrupted dumps, no reconnect", st.Resyncs, st.Reconnects)
 		}
 	})
@@ -477,7 +477,7 @@ func TestFakeDumpInterrupted(t *testing.T) {
 		w, _ := startFake(t, k, Options{})
 		waitFake(t, w, k, "sync after giving up on a dump")
 		st := w.Stats()
-		if st.Resyncs[ResyncInterrupted] != maxDumpAttempts || st.Reconnects != 1 || st.Resyncs[ResyncReconnect] != 1 {
+		if st.Resyncs[resyncInterrupted] != maxDumpAttempts || st.Reconnects != 1 || st.Resyncs[resyncReconnect] != 1 {
 			t.Errorf("resyncs %v, reconnects %d; want %d interrupted dumps, then a reconnect", st.Resyncs, st.Reconnects, maxDumpAttempts)
 		}
 	})
@@ -491,7 +491,7 @@ func TestFakeRequestErrors(t *testing.T) {
 		k.FailNext(unix.RTM_GETROUTE, unix.EBUSY, 3)
 		w, _ := startFake(t, k, Options{})
 		waitFake(t, w, k, "sync after failed dumps")
-		if st := w.Stats(); st.Reconnects != 3 || st.Resyncs[ResyncReconnect] != 1 || st.Resyncs[ResyncInitial] != 0 {
+		if st := w.Stats(); st.Reconnects != 3 || st.Resyncs[resyncReconnect] != 1 || st.Resyncs[resyncInitial] != 0 {
 			t.Errorf("stats %+v; want 3 reconnects, then one resync", st)
 		}
 	})
@@ -522,7 +522,7 @@ func TestFakeRequestErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFake(t, w, k, "after the failed re-dump")
-		if st := w.Stats(); st.Reconnects != 1 || st.Resyncs[ResyncReconnect] != 1 {
+		if st := w.Stats(); st.Reconnects != 1 || st.Resyncs[resyncReconnect] != 1 {
 			t.Errorf("stats %+v; want one reconnect", st)
 		}
 	})
@@ -551,10 +551,10 @@ func TestFakeSilentRouteRemoval(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFake(t, w, k, tc.name)
-			if st := w.Stats(); st.Resyncs[ResyncRoutes]+st.Resyncs[ResyncLinkRoutes] == 0 {
+			if st := w.Stats(); st.Resyncs[resyncRoutes]+st.Resyncs[resyncLinkRoutes] == 0 {
 				t.Errorf("no route re-dump: %+v", st)
 			}
-			if st := w.Stats(); tc.name == "link down" && (st.Resyncs[ResyncLinkRoutes] == 0 || st.Resyncs[ResyncRoutes] != 0) {
+			if st := w.Stats(); tc.name == "link down" && (st.Resyncs[resyncLinkRoutes] == 0 || st.Resyncs[resyncRoutes] != 0) {
 				t.Errorf("link down: stats %+v, want only re-dumps of the link's routes", st)
 			}
 			// A link going down asks for that link's routes, not the
@@ -608,7 +608,7 @@ func TestFakeUnrelatedLinkNoRedump(t *testing.T) {
 		t.Errorf("route dumps for links %v; want none", oifs)
 	}
 	st1 := w.Stats()
-	if n := st1.Resyncs[ResyncRoutes] + st1.Resyncs[ResyncLinkRoutes] - st0.Resyncs[ResyncRoutes] - st0.Resyncs[ResyncLinkRoutes]; n != 0 {
+	if n := st1.Resyncs[resyncRoutes] + st1.Resyncs[resyncLinkRoutes] - st0.Resyncs[resyncRoutes] - st0.Resyncs[resyncLinkRoutes]; n != 0 {
 		t.Errorf("%d route re-dumps, want none", n)
 	}
 }
@@ -692,7 +692,7 @@ func TestFakeRuleDuplicates(t *testing.T) {
 	if n := len(fakeStateOf(k).Rules); n != 8 {
 		t.Fatalf("fake kernel has %d rules, want 8 (the replace adds a duplicate)", n)
 	}
-	if st := w.Stats(); st.Resyncs[ResyncRules] != 1 {
+	if st := w.Stats(); st.Resyncs[resyncRules] != 1 {
 		t.Errorf("stats %+v; want one rule re-dump", st)
 	}
 }
@@ -710,7 +710,7 @@ func TestFakeMalformedEvent(t *testing.T) {
 	if err := k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.9.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
 		t.Fatal(err)
 	}
-	st := waitStats(t, w, "resync after a malformed event", func(s Stats) bool { return s.Resyncs[ResyncRequested] == 1 })
+	st := waitStats(t, w, "resync after a malformed event", func(s Stats) bool { return s.Resyncs[resyncRequested] == 1 })
 	if st.Malformed != 1 {
 		t.Errorf("Malformed = %d, want 1", st.Malformed)
 	}
@@ -730,7 +730,7 @@ func TestFakeSocketFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFake(t, w, k, "after the reconnect")
-	if st := w.Stats(); st.Reconnects != 1 || st.Resyncs[ResyncReconnect] != 1 {
+	if st := w.Stats(); st.Reconnects != 1 || st.Resyncs[resyncReconnect] != 1 {
 		t.Errorf("stats %+v; want one reconnect and its resync", st)
 	}
 	if n := d.multicastDials(); n != 2 {
@@ -745,13 +745,13 @@ func TestFakeRequestedResync(t *testing.T) {
 	w, _ := startFake(t, k, Options{})
 	waitFake(t, w, k, "initial sync")
 	w.Resync()
-	waitStats(t, w, "requested resync", func(s Stats) bool { return s.Resyncs[ResyncRequested] == 1 })
+	waitStats(t, w, "requested resync", func(s Stats) bool { return s.Resyncs[resyncRequested] == 1 })
 	waitFake(t, w, k, "after the resync")
 }
 
 // TestRunStops: Run returns within a second of cancellation wherever it
 // is: waiting to reconnect, blocked in a receive, in the middle of a dump.
-// It returns ErrRunning for a second concurrent call.
+// It returns errRunning for a second concurrent call.
 func TestRunStops(t *testing.T) {
 	stop := func(t *testing.T, w *Watcher, cancel context.CancelFunc, done <-chan error) {
 		t.Helper()
@@ -791,8 +791,8 @@ func TestRunStops(t *testing.T) {
 		k, _ := fakeHost(t)
 		w, cancel, done := run(t, Options{NetNS: rtnl.FakeNetNS(&fakeDialer{k: k})})
 		waitSynced(t, w, 5*time.Second)
-		if err := w.Run(context.Background()); !errors.Is(err, ErrRunning) {
-			t.Errorf("second Run: %v, want ErrRunning", err)
+		if err := w.Run(context.Background()); !errors.Is(err, errRunning) {
+			t.Errorf("second Run: %v, want errRunning", err)
 		}
 		stop(t, w, cancel, done)
 	})
@@ -828,7 +828,7 @@ func TestFakeSubscribe(t *testing.T) {
 	}
 	// Changes the watcher learns from a resync, as differences.
 	k.InjectENOBUFS(d.mc().fake)
-	waitStats(t, w, "overflow", func(s Stats) bool { return s.Resyncs[ResyncOverflow] == 1 })
+	waitStats(t, w, "overflow", func(s Stats) bool { return s.Resyncs[resyncOverflow] == 1 })
 	if err := k.SetLinkUp(eth, false); err != nil {
 		t.Fatal(err)
 	}
@@ -878,21 +878,21 @@ func TestFakeSubscribe(t *testing.T) {
 	}
 	sub.Close()
 	sub.Close()
-	if !errors.Is(sub.Err(), ErrUnsubscribed) {
-		t.Errorf("closed subscription: %v, want ErrUnsubscribed", sub.Err())
+	if !errors.Is(sub.Err(), errUnsubscribed) {
+		t.Errorf("closed subscription: %v, want errUnsubscribed", sub.Err())
 	}
 }
 
 // replay rebuilds a cache from a snapshot and events, as a subscriber would.
 type replay struct {
 	links  map[uint32]Link
-	addrs  map[AddrKey]Addr
+	addrs  map[addrKey]Addr
 	routes []Route
 	rules  []Rule
 }
 
 func newReplay(s Snapshot) *replay {
-	m := &replay{links: map[uint32]Link{}, addrs: map[AddrKey]Addr{}, routes: slices.Clone(s.Routes), rules: slices.Clone(s.Rules)}
+	m := &replay{links: map[uint32]Link{}, addrs: map[addrKey]Addr{}, routes: slices.Clone(s.Routes), rules: slices.Clone(s.Rules)}
 	for _, l := range s.Links {
 		m.links[l.Index] = l
 	}
@@ -1036,12 +1036,12 @@ func nltestHostOnly(t *testing.T) *netwatchtest.Kernel {
 }
 
 // TestFakeBarrier: Barrier returns with the cache holding what came
-// before it, and ErrNotRunning without a session.
+// before it, and errNotRunning without a session.
 func TestFakeBarrier(t *testing.T) {
 	k, eth := fakeHost(t)
 	ctx := context.Background()
-	if err := New(Options{NetNS: rtnl.FakeNetNS(&fakeDialer{k: k})}).Barrier(ctx); !errors.Is(err, ErrNotRunning) {
-		t.Fatalf("Barrier before Run: %v, want ErrNotRunning", err)
+	if err := New(Options{NetNS: rtnl.FakeNetNS(&fakeDialer{k: k})}).Barrier(ctx); !errors.Is(err, errNotRunning) {
+		t.Fatalf("Barrier before Run: %v, want errNotRunning", err)
 	}
 	w, _ := startFake(t, k, Options{})
 	waitFake(t, w, k, "initial sync")

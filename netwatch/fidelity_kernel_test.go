@@ -125,7 +125,7 @@ func TestKernelRouteAttributes(t *testing.T) {
 		name: "IPv6 from a router advertisement: expiry, preference, hop limit", fam: IPv6, table: TableMain, dst: "fd01::/64",
 		add: "via fd00::1 dev eth0 proto ra metric 1024 expires 600 mtu 1355 hoplimit 7 pref high",
 		check: func(t *testing.T, r Route) {
-			if left := time.Until(r.Expires); r.Pref != PrefHigh || r.Metrics.HopLimit != 7 || left < 590*time.Second || left > 600*time.Second {
+			if left := time.Until(r.Expires); r.Pref != prefHigh || r.Metrics.HopLimit != 7 || left < 590*time.Second || left > 600*time.Second {
 				t.Errorf("cached %+v (expires in %v)", r, left)
 			}
 		},

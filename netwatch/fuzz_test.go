@@ -102,7 +102,7 @@ func richRoutes() []Route {
 		Attrs: Attrs(appendAttr(nil, unix.RTA_MARK, []byte{0, 0xe, 0, 0})),
 	}, {
 		Family: IPv6, Table: TableMain, Dst: pfx("fd01::/64"), Metric: 1024, Gateway: addr("fd00::1"), Index: 2,
-		Protocol: ProtoRA, Type: RouteUnicast, Pref: PrefHigh, Expires: time.Now().Add(10 * time.Minute),
+		Protocol: protoRA, Type: RouteUnicast, Pref: prefHigh, Expires: time.Now().Add(10 * time.Minute),
 		Metrics: Metrics{HopLimit: 7}, MTU: 1355,
 	}, {
 		Family: IPv4, Table: 900, Dst: pfx("10.6.0.0/16"), Index: 2, Type: RouteUnicast, Scope: ScopeLink,

@@ -482,10 +482,10 @@ func (ns *testNS) oracle(tb testing.TB) kernelState {
 			}
 			_, kr.Invert = r["not"]
 			if _, ok := r["nop"]; ok {
-				kr.Action = uint8(ActionNop)
+				kr.Action = uint8(actionNop)
 			}
 			if _, ok := r["goto"]; ok {
-				kr.Action = uint8(ActionGoto)
+				kr.Action = uint8(actionGoto)
 			}
 			if a, ok := r["action"]; ok {
 				kr.Action = uint8(jsonUint(tb, a))
@@ -567,7 +567,7 @@ func stateOf(snap Snapshot) kernelState {
 		if FamilyOf(a.Prefix.Addr()) == IPv4 {
 			ka.Flags = uint32(a.Flags & addrFlags4)
 		} else {
-			ka.Flags = uint32(a.Flags &^ AddrPermanent)
+			ka.Flags = uint32(a.Flags &^ addrPermanent)
 			ka.Label = "" // ip prints labels of IPv4 addresses only
 		}
 		s.Addrs = append(s.Addrs, ka)
@@ -712,7 +712,7 @@ func (rw *routeWriter) do(typ uint16, flags netlink.HeaderFlags, rs []Route) (in
 		msgs = msgs[:0]
 		for _, r := range rs[:n] {
 			if typ == unix.RTM_DELROUTE {
-				r.Scope = ScopeNowhere
+				r.Scope = scopeNowhere
 			}
 			b, err := encodeRoute(r)
 			if err != nil {
@@ -772,7 +772,7 @@ func gwRoutes(t Table, first, n int, gw netip.Addr, index uint32) []Route {
 	for i := range rs {
 		k := first + i
 		rs[i] = Route{
-			Family: IPv4, Table: t, Protocol: ProtoBGP, Type: RouteUnicast, Gateway: gw, Index: index,
+			Family: IPv4, Table: t, Protocol: protoBGP, Type: RouteUnicast, Gateway: gw, Index: index,
 			Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(11 + k>>16), byte(k >> 8), byte(k), 0}), 24),
 		}
 	}
@@ -1351,9 +1351,9 @@ func (g *chaos) ruleDel(f Family) string {
 	switch RuleAction(r.Action) {
 	case ActionToTable:
 		b.WriteString(" lookup " + strconv.Itoa(int(r.Table)))
-	case ActionGoto:
+	case actionGoto:
 		b.WriteString(" goto " + strconv.Itoa(int(r.Goto)))
-	case ActionNop:
+	case actionNop:
 		b.WriteString(" nop")
 	default:
 		b.WriteString(" " + RuleAction(r.Action).String())
@@ -1544,7 +1544,7 @@ func TestKernelIPv6SharedKey(t *testing.T) {
 		{cmds: []string{"link set w2 up", "route append fd0b::/64 dev w2"}},
 		{cmds: []string{"link del w0"}},
 	} {
-		before := w.Stats().Resyncs[ResyncRoutes]
+		before := w.Stats().Resyncs[resyncRoutes]
 		if n := ns.batch(t, step.cmds); n > 0 {
 			t.Fatalf("%q: %d failed", step.cmds, n)
 		}
@@ -1556,7 +1556,7 @@ func TestKernelIPv6SharedKey(t *testing.T) {
 		if ip, cache := order(); !slices.Equal(ip, cache) {
 			t.Errorf("%s: fd0b::/64's routes in the kernel's order %q, in the cache's %q", what, ip, cache)
 		}
-		if got := w.Stats().Resyncs[ResyncRoutes] - before; (got > 0) != step.redump {
+		if got := w.Stats().Resyncs[resyncRoutes] - before; (got > 0) != step.redump {
 			t.Errorf("%s: %d whole-family route re-dumps, want them: %v", what, got, step.redump)
 		}
 	}
@@ -1650,7 +1650,7 @@ func TestKernelOverflow(t *testing.T) {
 	t.Logf("converged %v after the start of the flood", time.Since(start))
 	st := w.Stats()
 	t.Logf("stats after 100,000 changes with a 32 KiB buffer: %+v", st)
-	if st.Resyncs[ResyncOverflow] == 0 {
+	if st.Resyncs[resyncOverflow] == 0 {
 		t.Errorf("no overflow resync: Resyncs = %v", st.Resyncs)
 	}
 	if got := w.Stats(); !got.Synced {

@@ -69,29 +69,29 @@ type Protocol uint8
 
 // Well-known protocols (from /etc/iproute2/rt_protos).
 const (
-	ProtoUnspec     Protocol = 0
-	ProtoRedirect   Protocol = 1
+	protoUnspec     Protocol = 0
+	protoRedirect   Protocol = 1
 	ProtoKernel     Protocol = 2
 	ProtoBoot       Protocol = 3
 	ProtoStatic     Protocol = 4
-	ProtoRA         Protocol = 9
+	protoRA         Protocol = 9
 	ProtoDHCP       Protocol = 16
-	ProtoKeepalived Protocol = 18
-	ProtoBabel      Protocol = 42
-	ProtoBIRD       Protocol = 12
-	ProtoBGP        Protocol = 186
-	ProtoISIS       Protocol = 187
-	ProtoOSPF       Protocol = 188
-	ProtoRIP        Protocol = 189
-	ProtoEIGRP      Protocol = 192
+	protoKeepalived Protocol = 18
+	protoBabel      Protocol = 42
+	protoBIRD       Protocol = 12
+	protoBGP        Protocol = 186
+	protoISIS       Protocol = 187
+	protoOSPF       Protocol = 188
+	protoRIP        Protocol = 189
+	protoEIGRP      Protocol = 192
 )
 
 var protoNames = map[Protocol]string{
-	ProtoUnspec: "unspec", ProtoRedirect: "redirect", ProtoKernel: "kernel",
-	ProtoBoot: "boot", ProtoStatic: "static", ProtoRA: "ra", ProtoDHCP: "dhcp",
-	ProtoKeepalived: "keepalived", ProtoBabel: "babel", ProtoBIRD: "bird",
-	ProtoBGP: "bgp", ProtoISIS: "isis", ProtoOSPF: "ospf", ProtoRIP: "rip",
-	ProtoEIGRP: "eigrp",
+	protoUnspec: "unspec", protoRedirect: "redirect", ProtoKernel: "kernel",
+	ProtoBoot: "boot", ProtoStatic: "static", protoRA: "ra", ProtoDHCP: "dhcp",
+	protoKeepalived: "keepalived", protoBabel: "babel", protoBIRD: "bird",
+	protoBGP: "bgp", protoISIS: "isis", protoOSPF: "ospf", protoRIP: "rip",
+	protoEIGRP: "eigrp",
 }
 
 // String returns the iproute2 name, or the number for a protocol without one.
@@ -108,23 +108,23 @@ type Scope uint8
 // Scopes.
 const (
 	ScopeUniverse Scope = 0
-	ScopeSite     Scope = 200
+	scopeSite     Scope = 200
 	ScopeLink     Scope = 253
 	ScopeHost     Scope = 254
-	ScopeNowhere  Scope = 255
+	scopeNowhere  Scope = 255
 )
 
 func (s Scope) String() string {
 	switch s {
 	case ScopeUniverse:
 		return "global"
-	case ScopeSite:
+	case scopeSite:
 		return "site"
 	case ScopeLink:
 		return "link"
 	case ScopeHost:
 		return "host"
-	case ScopeNowhere:
+	case scopeNowhere:
 		return "nowhere"
 	}
 	return "unknown(" + strconv.Itoa(int(s)) + ")"
@@ -138,14 +138,14 @@ const (
 	RouteUnspec      RouteType = 0
 	RouteUnicast     RouteType = 1
 	RouteLocal       RouteType = 2
-	RouteBroadcast   RouteType = 3
-	RouteAnycast     RouteType = 4
-	RouteMulticast   RouteType = 5
+	routeBroadcast   RouteType = 3
+	routeAnycast     RouteType = 4
+	routeMulticast   RouteType = 5
 	RouteBlackhole   RouteType = 6
 	RouteUnreachable RouteType = 7
 	RouteProhibit    RouteType = 8
 	RouteThrow       RouteType = 9
-	RouteNAT         RouteType = 10
+	routeNAT         RouteType = 10
 )
 
 var routeTypeNames = [...]string{"unspec", "unicast", "local", "broadcast", "anycast",
@@ -170,11 +170,11 @@ type RuleAction uint8
 const (
 	ActionUnspec      RuleAction = 0
 	ActionToTable     RuleAction = 1
-	ActionGoto        RuleAction = 2
-	ActionNop         RuleAction = 3
-	ActionBlackhole   RuleAction = 6
-	ActionUnreachable RuleAction = 7
-	ActionProhibit    RuleAction = 8
+	actionGoto        RuleAction = 2
+	actionNop         RuleAction = 3
+	actionBlackhole   RuleAction = 6
+	actionUnreachable RuleAction = 7
+	actionProhibit    RuleAction = 8
 )
 
 func (a RuleAction) String() string {
@@ -183,15 +183,15 @@ func (a RuleAction) String() string {
 		return "unspec"
 	case ActionToTable:
 		return "lookup"
-	case ActionGoto:
+	case actionGoto:
 		return "goto"
-	case ActionNop:
+	case actionNop:
 		return "nop"
-	case ActionBlackhole:
+	case actionBlackhole:
 		return "blackhole"
-	case ActionUnreachable:
+	case actionUnreachable:
 		return "unreachable"
-	case ActionProhibit:
+	case actionProhibit:
 		return "prohibit"
 	}
 	return "unknown(" + strconv.Itoa(int(a)) + ")"
@@ -202,13 +202,13 @@ type OperState uint8
 
 // Operational states.
 const (
-	OperUnknown        OperState = 0
-	OperNotPresent     OperState = 1
-	OperDown           OperState = 2
-	OperLowerLayerDown OperState = 3
-	OperTesting        OperState = 4
-	OperDormant        OperState = 5
-	OperUp             OperState = 6
+	operUnknown        OperState = 0
+	operNotPresent     OperState = 1
+	operDown           OperState = 2
+	operLowerLayerDown OperState = 3
+	operTesting        OperState = 4
+	operDormant        OperState = 5
+	operUp             OperState = 6
 )
 
 var operNames = [...]string{"UNKNOWN", "NOTPRESENT", "DOWN", "LOWERLAYERDOWN", "TESTING", "DORMANT", "UP"}
@@ -252,22 +252,22 @@ type Addr struct {
 // it is not tentative (still in duplicate address detection, unless
 // optimistic), has not failed DAD, and is not deprecated.
 func (a Addr) Usable() bool {
-	if a.Flags&AddrTentative != 0 && a.Flags&AddrOptimistic == 0 {
+	if a.Flags&AddrTentative != 0 && a.Flags&addrOptimistic == 0 {
 		return false
 	}
-	return a.Flags&(AddrDADFailed|AddrDeprecated) == 0
+	return a.Flags&(addrDADFailed|addrDeprecated) == 0
 }
 
-// AddrKey identifies an address. The peer is part of it: IPv4 allows the
+// addrKey identifies an address. The peer is part of it: IPv4 allows the
 // same local address and prefix length on a link once per peer.
-type AddrKey struct {
+type addrKey struct {
 	Index  uint32
 	Prefix netip.Prefix
 	Peer   netip.Addr
 }
 
 // Key returns the address's identity.
-func (a Addr) Key() AddrKey { return AddrKey{a.Index, a.Prefix, a.Peer} }
+func (a Addr) Key() addrKey { return addrKey{a.Index, a.Prefix, a.Peer} }
 
 // NextHop is one path of a multipath route.
 type NextHop struct {
@@ -293,7 +293,7 @@ type Route struct {
 	Src    netip.Prefix // source prefix selector (IPv6 "from"); zero if none
 	TOS    uint8
 	// Metric is RTA_PRIORITY. The kernel stores an IPv6 route asked for
-	// with metric 0 at IPv6DefaultMetric, and reports that: Plan takes a
+	// with metric 0 at IPv6DefaultMetric, and reports that: reconcile.Plan takes a
 	// desired IPv6 route with metric 0 as one with 1024.
 	Metric   uint32
 	Gateway  netip.Addr
@@ -349,18 +349,18 @@ type RoutePref uint8
 
 // Route preferences.
 const (
-	PrefMedium RoutePref = 0
-	PrefHigh   RoutePref = 1
-	PrefLow    RoutePref = 3
+	prefMedium RoutePref = 0
+	prefHigh   RoutePref = 1
+	prefLow    RoutePref = 3
 )
 
 func (p RoutePref) String() string {
 	switch p {
-	case PrefMedium:
+	case prefMedium:
 		return "medium"
-	case PrefHigh:
+	case prefHigh:
 		return "high"
-	case PrefLow:
+	case prefLow:
 		return "low"
 	}
 	return "unknown(" + strconv.Itoa(int(p)) + ")"
@@ -558,7 +558,7 @@ func (r Rule) String() string {
 // route never carries them (the kernel refuses dead and linkdown in a
 // request), so Route.Matches ignores them when it compares a desired route with the
 // kernel's and a plan strips them from the routes it asks the kernel to install.
-const KernelRouteFlags = RouteDead | RouteOffload | RouteLinkdown | RouteUnresolved | RouteTrap | 0x800 | 0x20000000
+const KernelRouteFlags = RouteDead | routeOffload | RouteLinkdown | routeUnresolved | routeTrap | 0x800 | 0x20000000
 
 // Clean returns r without KernelRouteFlags, on it and its next hops: the
 // route as a request may name it.

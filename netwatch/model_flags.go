@@ -10,12 +10,12 @@ type RouteFlags uint32
 // Route flags the kernel reports.
 const (
 	RouteDead       RouteFlags = 0x1  // RTNH_F_DEAD
-	RoutePervasive  RouteFlags = 0x2  // RTNH_F_PERVASIVE
+	routePervasive  RouteFlags = 0x2  // RTNH_F_PERVASIVE
 	RouteOnlink     RouteFlags = 0x4  // RTNH_F_ONLINK
-	RouteOffload    RouteFlags = 0x8  // RTNH_F_OFFLOAD
+	routeOffload    RouteFlags = 0x8  // RTNH_F_OFFLOAD
 	RouteLinkdown   RouteFlags = 0x10 // RTNH_F_LINKDOWN
-	RouteUnresolved RouteFlags = 0x20 // RTNH_F_UNRESOLVED
-	RouteTrap       RouteFlags = 0x40 // RTNH_F_TRAP
+	routeUnresolved RouteFlags = 0x20 // RTNH_F_UNRESOLVED
+	routeTrap       RouteFlags = 0x40 // RTNH_F_TRAP
 )
 
 // LinkFlags are a link's IFF_* bits (linux/if.h); every bit the kernel
@@ -25,13 +25,13 @@ type LinkFlags uint32
 // Link flags a policy asks about.
 const (
 	LinkUp           LinkFlags = 0x1     // IFF_UP
-	LinkBroadcast    LinkFlags = 0x2     // IFF_BROADCAST
+	linkBroadcast    LinkFlags = 0x2     // IFF_BROADCAST
 	LinkLoopback     LinkFlags = 0x8     // IFF_LOOPBACK
-	LinkPointToPoint LinkFlags = 0x10    // IFF_POINTOPOINT
-	LinkNoARP        LinkFlags = 0x80    // IFF_NOARP
-	LinkMulticast    LinkFlags = 0x1000  // IFF_MULTICAST
+	linkPointToPoint LinkFlags = 0x10    // IFF_POINTOPOINT
+	linkNoARP        LinkFlags = 0x80    // IFF_NOARP
+	linkMulticast    LinkFlags = 0x1000  // IFF_MULTICAST
 	LinkLowerUp      LinkFlags = 0x10000 // IFF_LOWER_UP
-	LinkDormant      LinkFlags = 0x20000 // IFF_DORMANT
+	linkDormant      LinkFlags = 0x20000 // IFF_DORMANT
 )
 
 // String names the flags as `ip link` does ("UP,LOWER_UP"), bits without
@@ -84,14 +84,14 @@ const (
 	// subnet came first); in IPv6 the same bit is IFA_F_TEMPORARY, a
 	// privacy address.
 	AddrSecondary  AddrFlags = 0x1  // IFA_F_SECONDARY
-	AddrNoDAD      AddrFlags = 0x2  // IFA_F_NODAD
-	AddrOptimistic AddrFlags = 0x4  // IFA_F_OPTIMISTIC
-	AddrDADFailed  AddrFlags = 0x8  // IFA_F_DADFAILED
-	AddrDeprecated AddrFlags = 0x20 // IFA_F_DEPRECATED
+	addrNoDAD      AddrFlags = 0x2  // IFA_F_NODAD
+	addrOptimistic AddrFlags = 0x4  // IFA_F_OPTIMISTIC
+	addrDADFailed  AddrFlags = 0x8  // IFA_F_DADFAILED
+	addrDeprecated AddrFlags = 0x20 // IFA_F_DEPRECATED
 	AddrTentative  AddrFlags = 0x40 // IFA_F_TENTATIVE
-	AddrPermanent  AddrFlags = 0x80 // IFA_F_PERMANENT
-	// AddrNoPrefixRoute: the kernel added no route for the subnet.
-	AddrNoPrefixRoute AddrFlags = 0x200 // IFA_F_NOPREFIXROUTE
+	addrPermanent  AddrFlags = 0x80 // IFA_F_PERMANENT
+	// addrNoPrefixRoute: the kernel added no route for the subnet.
+	addrNoPrefixRoute AddrFlags = 0x200 // IFA_F_NOPREFIXROUTE
 )
 
 // String names the flags as `ip address` does ("secondary,permanent"), bits

@@ -11,9 +11,9 @@ import (
 // TestFlagValues: the portable constants are the kernel's bits.
 func TestFlagValues(t *testing.T) {
 	links := map[LinkFlags]int{
-		LinkUp: unix.IFF_UP, LinkBroadcast: unix.IFF_BROADCAST, LinkLoopback: unix.IFF_LOOPBACK,
-		LinkPointToPoint: unix.IFF_POINTOPOINT, LinkNoARP: unix.IFF_NOARP, LinkMulticast: unix.IFF_MULTICAST,
-		LinkLowerUp: unix.IFF_LOWER_UP, LinkDormant: unix.IFF_DORMANT,
+		LinkUp: unix.IFF_UP, linkBroadcast: unix.IFF_BROADCAST, LinkLoopback: unix.IFF_LOOPBACK,
+		linkPointToPoint: unix.IFF_POINTOPOINT, linkNoARP: unix.IFF_NOARP, linkMulticast: unix.IFF_MULTICAST,
+		LinkLowerUp: unix.IFF_LOWER_UP, linkDormant: unix.IFF_DORMANT,
 	}
 	for got, want := range links {
 		if int(got) != want {
@@ -21,9 +21,9 @@ func TestFlagValues(t *testing.T) {
 		}
 	}
 	addrs := map[AddrFlags]int{
-		AddrSecondary: unix.IFA_F_SECONDARY, AddrNoDAD: unix.IFA_F_NODAD, AddrOptimistic: unix.IFA_F_OPTIMISTIC,
-		AddrDADFailed: unix.IFA_F_DADFAILED, AddrDeprecated: unix.IFA_F_DEPRECATED, AddrTentative: unix.IFA_F_TENTATIVE,
-		AddrPermanent: unix.IFA_F_PERMANENT, AddrNoPrefixRoute: unix.IFA_F_NOPREFIXROUTE,
+		AddrSecondary: unix.IFA_F_SECONDARY, addrNoDAD: unix.IFA_F_NODAD, addrOptimistic: unix.IFA_F_OPTIMISTIC,
+		addrDADFailed: unix.IFA_F_DADFAILED, addrDeprecated: unix.IFA_F_DEPRECATED, AddrTentative: unix.IFA_F_TENTATIVE,
+		addrPermanent: unix.IFA_F_PERMANENT, addrNoPrefixRoute: unix.IFA_F_NOPREFIXROUTE,
 	}
 	for got, want := range addrs {
 		if int(got) != want {
@@ -42,10 +42,10 @@ func TestFlagStrings(t *testing.T) {
 	for _, tc := range []struct {
 		got, want string
 	}{
-		{(LinkUp | LinkLowerUp | LinkMulticast | unix.IFF_RUNNING).String(), "UP,RUNNING,MULTICAST,LOWER_UP"},
+		{(LinkUp | LinkLowerUp | linkMulticast | unix.IFF_RUNNING).String(), "UP,RUNNING,MULTICAST,LOWER_UP"},
 		{LinkFlags(0).String(), "0x0"},
 		{(LinkUp | 0x80000000).String(), "UP,0x80000000"},
-		{(AddrSecondary | AddrPermanent).String(), "secondary,permanent"},
+		{(AddrSecondary | addrPermanent).String(), "secondary,permanent"},
 		{AddrFlags(unix.IFA_F_STABLE_PRIVACY | unix.IFA_F_NOPREFIXROUTE).String(), "noprefixroute,stable-privacy"},
 	} {
 		if tc.got != tc.want {
@@ -60,12 +60,12 @@ func TestAddrUsable(t *testing.T) {
 		want  bool
 	}{
 		{0, true},
-		{AddrPermanent, true},
+		{addrPermanent, true},
 		{AddrSecondary, true},
 		{AddrTentative, false},
-		{AddrTentative | AddrOptimistic, true},
-		{AddrDADFailed | AddrTentative, false},
-		{AddrDeprecated, false},
+		{AddrTentative | addrOptimistic, true},
+		{addrDADFailed | AddrTentative, false},
+		{addrDeprecated, false},
 	} {
 		if got := (Addr{Flags: tc.flags}).Usable(); got != tc.want {
 			t.Errorf("Addr{Flags: %v}.Usable() = %v, want %v", tc.flags, got, tc.want)

@@ -151,7 +151,7 @@ func TestFakeOriginOverflow(t *testing.T) {
 				Index: eth, Scope: unix.RT_SCOPE_LINK}))
 		}
 	})
-	waitStats(t, w, "overflow resync", func(s Stats) bool { return s.Resyncs[ResyncOverflow] >= 1 })
+	waitStats(t, w, "overflow resync", func(s Stats) bool { return s.Resyncs[resyncOverflow] >= 1 })
 	waitFake(t, w, k, "after the overflow")
 	got := collect(t, sub, 200)
 	counts := map[OriginKind]int{}

@@ -14,7 +14,7 @@ type state struct {
 	synced bool
 	gen    uint64
 	links  map[uint32]Link
-	addrs  map[AddrKey]Addr
+	addrs  map[addrKey]Addr
 	tables [2]map[Table]*table // [0] IPv4, [1] IPv6
 	rules  [2][]Rule           // kernel order
 }
@@ -22,7 +22,7 @@ type state struct {
 func newState() *state {
 	return &state{
 		links:  make(map[uint32]Link),
-		addrs:  make(map[AddrKey]Addr),
+		addrs:  make(map[addrKey]Addr),
 		tables: [2]map[Table]*table{make(map[Table]*table), make(map[Table]*table)},
 	}
 }
@@ -130,7 +130,7 @@ func (v View) Mark() uint64 {
 // not in it yet (for a moment after a re-dump found differences, which
 // wait for the events that may explain them).
 // This is how a program learns who changed an object it cares about since
-// it last looked (the Reconciler tells another program's undo from the
+// it last looked (reconcile.Reconciler tells another program's undo from the
 // kernel's flush this way). A Snapshot's view has no journal and yields
 // nothing.
 func (v View) Changes(mark uint64) (changes iter.Seq[Event], complete bool) {

@@ -71,7 +71,7 @@ func TestDecodeRoute(t *testing.T) {
 		name: "typical",
 		raw:  typicalRoute(t),
 		want: Route{Family: IPv4, Table: 70000, Dst: netip.MustParsePrefix("10.20.30.0/24"), Gateway: netip.MustParseAddr("10.0.0.1"),
-			Index: 2, Metric: 20, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355, Protocol: ProtoBGP, Type: RouteUnicast},
+			Index: 2, Metric: 20, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355, Protocol: protoBGP, Type: RouteUnicast},
 	}, {
 		name: "table from the header without RTA_TABLE",
 		msg: &rtnetlink.RouteMessage{Family: unix.AF_INET, DstLength: 8, Table: 100, Type: unix.RTN_BLACKHOLE,
@@ -87,7 +87,7 @@ func TestDecodeRoute(t *testing.T) {
 		msg: &rtnetlink.RouteMessage{Family: unix.AF_INET6, Table: 254, Protocol: unix.RTPROT_RA, Type: unix.RTN_UNICAST,
 			Attributes: rtnetlink.RouteAttributes{Table: 254, Gateway: ip("fe80::1"), OutIface: 2, Priority: 1024}},
 		want: Route{Family: IPv6, Table: TableMain, Dst: netip.MustParsePrefix("::/0"), Gateway: netip.MustParseAddr("fe80::1"),
-			Index: 2, Metric: 1024, Protocol: ProtoRA, Type: RouteUnicast},
+			Index: 2, Metric: 1024, Protocol: protoRA, Type: RouteUnicast},
 	}, {
 		name: "IPv4 default route",
 		msg: &rtnetlink.RouteMessage{Family: unix.AF_INET, Table: 254, Type: unix.RTN_UNICAST,
@@ -209,7 +209,7 @@ func TestDecodeLink(t *testing.T) {
 			Attributes: &rtnetlink.LinkAttributes{Name: "enp7s0", MTU: 1450, OperationalState: rtnetlink.OperStateUp,
 				Info: &rtnetlink.LinkInfo{Kind: "veth"}, Master: ptr(uint32(3))}},
 		want: Link{Index: 7, Name: "enp7s0", MTU: 1450, Flags: unix.IFF_UP | unix.IFF_LOWER_UP | unix.IFF_BROADCAST,
-			OperState: OperUp, Kind: "veth", Master: 3},
+			OperState: operUp, Kind: "veth", Master: 3},
 	}, {
 		name: "bridge port message",
 		msg:  &rtnetlink.LinkMessage{Family: unix.AF_BRIDGE, Index: 7, Attributes: &rtnetlink.LinkAttributes{Name: "enp7s0"}},
@@ -308,7 +308,7 @@ func TestDecodeRule(t *testing.T) {
 		// rtnetlink encodes a uid range as two 16-bit numbers; the
 		// kernel's struct fib_rule_uid_range has two 32-bit ones.
 		extra: attr(unix.FRA_UID_RANGE, []byte{0xe8, 3, 0, 0, 0xd0, 7, 0, 0}),
-		want: Rule{Family: IPv4, Priority: 5, Action: ActionGoto, Goto: 900, Src: netip.MustParsePrefix("10.0.0.0/8"),
+		want: Rule{Family: IPv4, Priority: 5, Action: actionGoto, Goto: 900, Src: netip.MustParsePrefix("10.0.0.0/8"),
 			IIF: "enp7s0", OIF: "lo", UID: UIDRange{Set: true, Start: 1000, End: 2000}, DPort: PortRange{53, 53}, IPProto: 17},
 	}, {
 		name:  "attribute newer than the decoder",

@@ -92,7 +92,7 @@ func putRouteAttrs(ae *netlink.AttributeEncoder, r Route) {
 	if r.Flow != 0 {
 		ae.Uint32(unix.RTA_FLOW, r.Flow)
 	}
-	if r.Pref != PrefMedium {
+	if r.Pref != prefMedium {
 		ae.Uint8(unix.RTA_PREF, uint8(r.Pref))
 	}
 	if !r.Expires.IsZero() {

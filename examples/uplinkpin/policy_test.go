@@ -32,7 +32,7 @@ func mainDefault(f netwatch.Family, gw string, index, metric uint32) netwatch.Ro
 		Gateway: netip.MustParseAddr(gw), Index: index, Metric: metric, Protocol: netwatch.ProtoDHCP,
 		Type: netwatch.RouteUnicast}
 	if f == netwatch.IPv6 {
-		r.Dst, r.Protocol = netip.MustParsePrefix("::/0"), netwatch.ProtoRA
+		r.Dst, r.Protocol = netip.MustParsePrefix("::/0"), netwatch.Protocol(9)
 	}
 	return r
 }

@@ -90,7 +90,7 @@ func (d *dumper) route(r netwatch.Route) error {
 // plain reports whether r has nothing but what appendRoute writes.
 func plain(r netwatch.Route) bool {
 	return r.NextHops == nil && r.Metrics == (netwatch.Metrics{}) && r.Encap == (netwatch.Encap{}) &&
-		r.Attrs == "" && r.Pref == netwatch.PrefMedium && r.Expires.IsZero()
+		r.Attrs == "" && r.Pref == 0 && r.Expires.IsZero()
 }
 
 // appendRoute appends the dump line of a plain route and a newline; quot

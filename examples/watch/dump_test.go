@@ -64,7 +64,7 @@ func TestAppendRoute(t *testing.T) {
 // BenchmarkAppendRoute: a route line by hand against encoding/json.
 func BenchmarkAppendRoute(b *testing.B) {
 	r := netwatch.Route{Family: netwatch.IPv4, Table: netwatch.TableMain, Dst: netip.MustParsePrefix("11.1.2.0/24"),
-		Gateway: netip.MustParseAddr("10.0.0.1"), Index: 3, Protocol: netwatch.ProtoBGP, Type: netwatch.RouteUnicast}
+		Gateway: netip.MustParseAddr("10.0.0.1"), Index: 3, Protocol: netwatch.Protocol(186), Type: netwatch.RouteUnicast}
 	names := map[uint32]string{3: "enp7s0"}
 	quot := newDumper(nil, true, names).quot
 	b.Run("append", func(b *testing.B) {

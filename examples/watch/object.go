@@ -221,7 +221,7 @@ func routeOf(r netwatch.Route, event string, names map[uint32]string) routeLine 
 			RTOMin: m.RTOMin, InitRWnd: m.InitRWnd, QuickAck: m.QuickAck, CongCtl: m.CongCtl, FastOpen: m.FastOpen,
 			Attrs: attrsOf(m.Attrs)}
 	}
-	if r.Pref != netwatch.PrefMedium {
+	if r.Pref != 0 {
 		o.Pref = r.Pref.String()
 	}
 	if !r.Expires.IsZero() {

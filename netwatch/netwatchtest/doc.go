@@ -1,6 +1,13 @@
-// Package netwatchtest is a fake rtnetlink kernel for tests, with fault
-// injection, plus helpers that run real-kernel tests in throwaway network
-// namespaces.
+// Package netwatchtest is what netwatch programs are tested with, as this
+// project tests its own: a fake rtnetlink kernel with fault injection, and
+// helpers that run real-kernel tests in throwaway network namespaces.
+//
+// A policy's pure part needs neither: build a netwatch.Snapshot and call
+// reconcile.Plan. A program's loop runs on the fake kernel (fast, and able
+// to overflow, refuse or interrupt on demand), and its effect is proven on
+// the real kernel: NewNetNS, then StartProgram or StartBinary, WaitRoute
+// and WaitOwned, which poll `ip` until the kernel agrees or a deadline
+// passes.
 //
 // # The fake kernel
 //
@@ -9,8 +16,8 @@
 // with the methods of rtnl.Conn that carry real rtnetlink messages
 // (encoded with github.com/jsimonetti/rtnetlink/v2) through a real
 // *netlink.Conn, so the library's own sequence checks and error decoding
-// apply. Kernel.Dialer is what netwatch.Options.Dialer takes to run a
-// watcher or an applier on the fake. Tests build state and make "foreign"
+// apply. Kernel.NetNS is a netwatch.NetNS: given to netwatch.Options.NetNS
+// or netwatch.DialApplier, it runs a watcher or an applier on the fake. Tests build state and make "foreign"
 // changes with the Kernel's Go API (AddLink, SetLinkUp, AddRoute, DelRule,
 // …), read it back (Links, Addrs, Routes, Rules), inject faults
 // (InjectENOBUFS, SetDumpIntr, FailNext, FailAll) and inspect what was

@@ -54,7 +54,7 @@ func ruleDel(r netwatch.Rule) netwatch.Op   { return netwatch.Op{Kind: netwatch.
 
 func TestPlan(t *testing.T) {
 	linkdown := with(tr, func(r *netwatch.Route) {
-		r.Flags = netwatch.RouteLinkdown | netwatch.RouteDead | netwatch.RouteOffload | netwatch.RouteTrap | netwatch.RouteUnresolved
+		r.Flags = netwatch.KernelRouteFlags
 	})
 	onlink := with(tr, func(r *netwatch.Route) { r.Flags = netwatch.RouteOnlink })
 	stale := with(tr, func(r *netwatch.Route) { r.MTU = 1420 })

@@ -47,7 +47,7 @@ import (
 // It is the loop a small program around a policy needs:
 //
 //	go w.Run(ctx)
-//	r := &netwatch.Reconciler{Watcher: w, Applier: a, Policy: policy, Resync: 5 * time.Minute, Logger: log}
+//	r := &reconcile.Reconciler{Watcher: w, Applier: a, Policy: policy, Resync: 5 * time.Minute, Logger: log}
 //	return r.Run(ctx)
 type Reconciler struct {
 	// Watcher is the cache the policy reads. The caller runs its Run for

@@ -40,7 +40,7 @@ type Op struct {
 	// (HasWas): for log lines that say what changed.
 	Was    Route
 	HasWas bool
-	// Repair marks a RouteReplace of a foreign route (Desired.Repairs).
+	// Repair marks a RouteReplace of a foreign route (reconcile.Desired.Repairs).
 	Repair bool
 }
 

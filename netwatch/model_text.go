@@ -44,7 +44,7 @@ func (o Op) Describe(links func(index uint32) (Link, bool)) string {
 		return "table " + o.Route.Table.String() + ": " + renderDiff(now, was)
 	case RouteDelete:
 		words := routeWords(o.Route, links)
-		if p := o.Route.Protocol; p == ProtoUnspec || p == ProtoBoot {
+		if p := o.Route.Protocol; p == protoUnspec || p == ProtoBoot {
 			words = without(words, "proto") // as ip(8), which leaves out boot
 		}
 		return "table " + o.Route.Table.String() + ": removed " + render(words)
@@ -225,7 +225,7 @@ func routeWords(r Route, links func(uint32) (Link, bool)) []word {
 		add(name, v)
 	}
 	as = append(as, metricWords(r.MTU, r.Metrics)...)
-	if r.Family == IPv6 && r.Pref != PrefMedium {
+	if r.Family == IPv6 && r.Pref != prefMedium {
 		add("pref", r.Pref.String())
 	}
 	if r.Encap != (Encap{}) {
@@ -264,8 +264,8 @@ var flagNames = []struct {
 	f    RouteFlags
 	name string
 }{
-	{RouteDead, "dead"}, {RoutePervasive, "pervasive"}, {RouteOnlink, "onlink"}, {RouteOffload, "offload"},
-	{RouteLinkdown, "linkdown"}, {RouteUnresolved, "unresolved"}, {RouteTrap, "trap"},
+	{RouteDead, "dead"}, {routePervasive, "pervasive"}, {RouteOnlink, "onlink"}, {routeOffload, "offload"},
+	{RouteLinkdown, "linkdown"}, {routeUnresolved, "unresolved"}, {routeTrap, "trap"},
 }
 
 // flagText names route flags as ip(8) does, the ones without a name as hex.
@@ -454,7 +454,7 @@ func appendRuleAction(as []word, r Rule) []word {
 	switch r.Action {
 	case ActionToTable:
 		add("lookup", r.Table.String())
-	case ActionGoto:
+	case actionGoto:
 		add("goto", itoa(r.Goto))
 	default:
 		add("", r.Action.String())
