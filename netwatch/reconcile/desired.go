@@ -43,8 +43,17 @@ type Desired struct {
 	// Own is the scope the caller owns.
 	Own Owned
 	// Routes must exist exactly as given; each must be in an owned table.
+	// A desired route sets Family, Table, Dst (masked), Type
+	// (netwatch.RouteUnicast for an ordinary route) and, for a unicast
+	// route, a next hop: Index, Gateway, NextHops or NHID. Everything else
+	// is optional and, when set, must be as the kernel reports it (Scope
+	// universe for a route via a gateway, link for one without; IPv6 metric
+	// 0 is taken as 1024). Plan refuses a route that lacks what the kernel
+	// needs with a PlanError naming the field.
 	Routes []netwatch.Route
 	// Rules must exist exactly once each; each must be at an owned priority.
+	// A desired rule sets Family, Priority and Action
+	// (netwatch.ActionToTable with a Table, for a lookup).
 	Rules []netwatch.Rule
 	// Repairs are foreign routes the caller wants changed: the route with
 	// the same key is replaced by the one given, if it exists and differs.

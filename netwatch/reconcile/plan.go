@@ -194,6 +194,9 @@ func (p *planner) wantRules(rs []netwatch.Rule) error {
 		if r.State != 0 {
 			return fmt.Errorf("%v rule %v: a desired rule cannot have the kernel's state flags %#x", r.Family, r, r.State)
 		}
+		if err := checkRule(r); err != nil {
+			return fmt.Errorf("%v rule %v: %w", r.Family, r, err)
+		}
 		if slices.ContainsFunc(p.rules[o], r.Equal) {
 			continue
 		}
@@ -267,6 +270,24 @@ func checkRoute(r netwatch.Route) error {
 	}
 	if r.Src.IsValid() && (r.Src != r.Src.Masked() || r.Src.Addr().Is4() != is4) {
 		return fmt.Errorf("source is not a masked %v prefix", r.Family)
+	}
+	switch {
+	case r.Type == netwatch.RouteUnspec:
+		// The kernel blames the scope ("Invalid scope"), which misleads.
+		return errors.New("Type is not set (netwatch.RouteUnicast for an ordinary route)")
+	case r.Type == netwatch.RouteUnicast && r.Index == 0 && !r.Gateway.IsValid() && len(r.NextHops) == 0 && r.NHID == 0:
+		return errors.New("a unicast route needs a next hop: set Index (the output link), Gateway, NextHops or NHID")
+	}
+	return nil
+}
+
+// checkRule refuses a desired rule the kernel would refuse on every pass.
+func checkRule(r netwatch.Rule) error {
+	switch {
+	case r.Action == 0:
+		return errors.New("Action is not set (netwatch.ActionToTable with a Table, for a lookup)")
+	case r.Action == netwatch.ActionToTable && r.Table == 0:
+		return errors.New("Action is ActionToTable but Table is not set")
 	}
 	return nil
 }

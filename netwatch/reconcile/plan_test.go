@@ -328,6 +328,11 @@ func TestPlanInvalid(t *testing.T) {
 		{"repair in an owned table", Desired{Own: own, Repairs: []netwatch.Route{tr}}, "is owned"},
 		{"two repairs, one key", Desired{Own: own, Repairs: []netwatch.Route{mainRoute, with(mainRoute, func(r *netwatch.Route) { r.MTU = 1 })}}, "one key"},
 		{"owned table without a family", Desired{Own: Owned{Tables: []OwnedTable{{0, 900}}}}, "family"},
+		{"route without a type", Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Type = 0 })}}, "Type is not set (netwatch.RouteUnicast"},
+		{"unicast route without a next hop", Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Index, r.Gateway = 0, netip.Addr{} })}}, "needs a next hop: set Index"},
+		{"repair without a type", Desired{Own: own, Repairs: []netwatch.Route{with(mainRoute, func(r *netwatch.Route) { r.Type = 0 })}}, "Type is not set"},
+		{"rule without an action", Desired{Own: own, Rules: []netwatch.Rule{with(rule4, func(r *netwatch.Rule) { r.Action = 0 })}}, "Action is not set"},
+		{"lookup rule without a table", Desired{Own: own, Rules: []netwatch.Rule{with(rule4, func(r *netwatch.Rule) { r.Table = 0 })}}, "Table is not set"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -450,6 +455,12 @@ func TestPlanScope(t *testing.T) {
 		}
 		if rapid.Bool().Draw(t, "wantRule") {
 			w := genRule(t, "wantRule", 900, ownP.Family)
+			// A desired rule names its action and table: Plan refuses
+			// one the kernel would refuse (TestPlanInvalid).
+			w.Action = netwatch.ActionToTable
+			if w.Table == 0 {
+				w.Table = 900
+			}
 			d.Rules = append(d.Rules, w)
 		}
 		for _, r := range s.Routes {

@@ -3,6 +3,8 @@
 package reconcile
 
 import (
+	"syscall"
+
 	"github.com/marksplit/marksplit/netwatch"
 
 	"context"
@@ -21,8 +23,10 @@ import (
 // cache and every Trigger it reads a View, asks the policy for the desired
 // state, plans the difference and applies it, logging one line per change
 // the kernel did not already have. A burst of changes is coalesced; a failed
-// pass is retried with backoff; nothing is planned from a view that is not
-// synced; a periodic resync catches what events miss.
+// pass is retried with backoff, unless no retry can change its outcome (a
+// PlanError, or an operation the kernel refuses with EINVAL): that is
+// logged once and waits for the next change; nothing is planned from a view
+// that is not synced; a periodic resync catches what events miss.
 //
 // # Fights
 //
@@ -169,7 +173,7 @@ func (r *Reconciler) Converged() bool { return r.converged.Load() }
 
 // Run runs passes until ctx ends, then returns nil: the first once the
 // cache is synced, then after every change of the cache, every Trigger,
-// every failed pass (with backoff) and every Resync. It returns an error
+// every failed pass that a retry may change (with backoff) and every Resync. It returns an error
 // only when the Reconciler is incomplete.
 func (r *Reconciler) Run(ctx context.Context) error {
 	l, err := r.newLoop()
@@ -378,7 +382,7 @@ func (l *loop) next(p Pass) time.Time {
 			wake = t
 		}
 	}
-	if p.Err != nil && !isPlanError(p.Err) {
+	if p.Err != nil && !permanent(p.Err) {
 		at(now.Add(l.bo.NextBackOff()))
 	} else if p.Err == nil {
 		l.bo.Reset()
@@ -516,6 +520,8 @@ func (l *loop) failed(err error, change string) {
 	switch {
 	case isPlanError(err):
 		l.log.Error("netwatch: the policy's desired state cannot be planned; waiting for a change", "err", err)
+	case permanent(err) && errors.As(err, &ae):
+		l.log.Error("netwatch: the kernel refuses a change of the desired state as invalid; waiting for a change", "change", change, "op", ae.Op.Kind.String(), "err", ae.Err)
 	case errors.As(err, &ae) && change != "":
 		l.log.Warn("netwatch: reconcile pass failed; retrying", "change", change, "op", ae.Op.Kind.String(), "err", ae.Err)
 	default:
@@ -549,4 +555,13 @@ func (l *loop) recovered() {
 func isPlanError(err error) bool {
 	var pe *PlanError
 	return errors.As(err, &pe)
+}
+
+// permanent reports whether a pass that failed with err would fail the same
+// way until something changes: the desired state cannot be planned, or the
+// kernel refused an operation as invalid (EINVAL), which no retry of the
+// same request changes. Such a failure is reported once and waits for the
+// next change of the cache or a Trigger, never for a retry timer.
+func permanent(err error) bool {
+	return isPlanError(err) || errors.Is(err, syscall.EINVAL)
 }

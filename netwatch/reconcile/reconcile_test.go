@@ -3,6 +3,7 @@
 package reconcile
 
 import (
+	"github.com/cenkalti/backoff/v4"
 	"github.com/marksplit/marksplit/netwatch"
 
 	"context"
@@ -585,5 +586,52 @@ func TestReconcilerNotes(t *testing.T) {
 	want := []string{"WARN link wg9 not found", "WARN another note", "WARN link wg9 not found", "WARN another note"}
 	if diff := gocmp.Diff(want, got); diff != "" {
 		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+}
+
+// TestReconcilerNoRetryWhenInvalid: a pass the kernel refuses as invalid
+// (EINVAL) schedules no retry, unlike one it refuses otherwise; a change of
+// the world still runs a pass.
+func TestReconcilerNoRetryWhenInvalid(t *testing.T) {
+	op := netwatch.Op{Kind: netwatch.RouteReplace}
+	l := &loop{bo: backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0))}
+	for _, tc := range []struct {
+		err   error
+		retry bool
+	}{
+		{&netwatch.ApplyError{Op: op, Err: unix.EINVAL}, false},
+		{&PlanError{errors.New("no")}, false},
+		{&netwatch.ApplyError{Op: op, Err: unix.EPERM}, true},
+		{&netwatch.ApplyError{Op: op, Err: unix.ENODEV}, true},
+	} {
+		if got := !l.next(Pass{Err: tc.err}).IsZero(); got != tc.retry {
+			t.Errorf("after %v: a retry is scheduled: %t, want %t", tc.err, got, tc.retry)
+		}
+	}
+
+	k, eth := fakeHost(t)
+	k.FailAll(unix.RTM_NEWROUTE, unix.EINVAL)
+	passes, rec := startReconciler(t, k, &Reconciler{Policy: tunnelPolicy(eth)})
+	if p := nextPass(t, passes, "refused pass"); !errors.Is(p.err, unix.EINVAL) {
+		t.Fatalf("first pass: err %v, want EINVAL", p.err)
+	}
+	k.ClearFaults()
+	if err := k.SetLinkMTU(eth, 1400); err != nil { // a change: a pass
+		t.Fatal(err)
+	}
+	if p := nextPass(t, passes, "pass after a change"); p.err != nil {
+		t.Fatalf("pass after a change: %v", p.err)
+	}
+	var errs, retries int
+	for _, line := range rec.take() {
+		switch line {
+		case "ERROR netwatch: the kernel refuses a change of the desired state as invalid; waiting for a change":
+			errs++
+		case "WARN netwatch: reconcile pass failed; retrying":
+			retries++
+		}
+	}
+	if errs != 1 || retries != 0 {
+		t.Errorf("%d lines saying the change is invalid (want 1), %d saying it is retried (want 0)", errs, retries)
 	}
 }
