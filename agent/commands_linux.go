@@ -373,9 +373,8 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 					mtus[i], src = l.MTU, " (the link's)"
 				}
 			}
-			words := getRouteWords(rt)
-			hop := strings.TrimPrefix(words.Describe(v.Link), words.Dst.String())
-			lines[i] = fmt.Sprintf("%v%s table %v mtu %d%s", o.peer, hop, rt.Table, mtus[i], src)
+			_, hop, _ := strings.Cut(getRouteWords(rt).Describe(v.Link), " ") // after the destination
+			lines[i] = fmt.Sprintf("%v %s table %v mtu %d%s", o.peer, hop, rt.Table, mtus[i], src)
 		}
 	})
 	fmt.Fprintf(stdout, "unmarked:  %s\n", lines[0])
@@ -409,8 +408,9 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 
 // getRouteWords shapes a route-get answer for Route.Describe: the peer
 // replaces the destination and its type, table and MTU are printed apart,
-// and the answer's scope and metric say nothing here.
+// and the answer's scope, metric and protocol say nothing here.
 func getRouteWords(r netwatch.Route) netwatch.Route {
 	r.MTU, r.Metric, r.Scope, r.Type = 0, 0, netwatch.ScopeUniverse, netwatch.RouteUnicast
+	r.Table, r.Protocol = netwatch.TableMain, netwatch.ProtoBoot // neither printed
 	return r
 }

@@ -390,7 +390,7 @@ func TestKernelPlan(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("plan: exit %d\n%s%s", code, stdout, stderr)
 	}
-	want := "route-replace table 900: 10.0.0.1/32 dev enp7s0 scope link src 10.0.0.5 mtu 1355\n" +
+	want := "route-replace table 900: 10.0.0.1 dev enp7s0 scope link src 10.0.0.5 mtu 1355\n" +
 		"route-replace table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355\n" +
 		"rule-add      rule 900: not fwmark 0xe00/0xf00 lookup 900\n" +
 		"route-repair  dhcp route 10.0.0.0/16 mtu 1450 (was 1355)\n"
@@ -438,7 +438,7 @@ func TestKernelRunFollowsTheKernel(t *testing.T) {
 		t.Errorf("exit %d after SIGTERM (%v), want 0", code, took)
 	}
 	want := []string{
-		"table 900: 10.0.0.1/32 dev enp7s0 scope link src 10.0.0.5 mtu 1355",
+		"table 900: 10.0.0.1 dev enp7s0 scope link src 10.0.0.5 mtu 1355",
 		"table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
 		"rule 900: not fwmark 0xe00/0xf00 lookup 900",
 		"dhcp route 10.0.0.0/16 mtu 1450 (was 1355)",
@@ -447,16 +447,16 @@ func TestKernelRunFollowsTheKernel(t *testing.T) {
 		// link down: the kernel dropped the table's routes; the rule goes
 		"rule 900: removed not fwmark 0xe00/0xf00 lookup 900 proto 109",
 		// the DHCP client's routes are back
-		"table 900: 10.0.0.1/32 dev enp7s0 scope link src 10.0.0.5 mtu 1355",
+		"table 900: 10.0.0.1 dev enp7s0 scope link src 10.0.0.5 mtu 1355",
 		"rule 900: not fwmark 0xe00/0xf00 lookup 900",
 		"table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
 		// the tunnel MTU
-		"table 900: 10.0.0.1/32 dev enp7s0 scope link src 10.0.0.5 mtu 1420 (was 1355)",
+		"table 900: 10.0.0.1 dev enp7s0 scope link src 10.0.0.5 mtu 1420 (was 1355)",
 		"table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1420 (was 1355)",
 		// the tunnel link gone
 		"rule 900: removed not fwmark 0xe00/0xf00 lookup 900 proto 109",
 		"table 900: removed 10.0.0.0/16 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1420",
-		"table 900: removed 10.0.0.1/32 dev enp7s0 proto 109 scope link src 10.0.0.5 mtu 1420",
+		"table 900: removed 10.0.0.1 dev enp7s0 proto 109 scope link src 10.0.0.5 mtu 1420",
 	}
 	got := a.changes(t)
 	// The DHCP client adds its two routes one after the other: the table
@@ -520,7 +520,7 @@ func TestKernelEncryptionOff(t *testing.T) {
 	a := s.start(t, "--prefix=10.0.0.0/16", "--encryption=off", "--metrics-addr=")
 	eventually(t, 5*time.Second, "nothing owned left", func() error { return s.unsplit(t) })
 	eventually(t, time.Second, "the removal logged", func() error {
-		return a.logged(t, "table 900: removed 10.0.0.1/32 dev enp7s0 proto 109 scope link src 10.0.0.5 mtu 1355")
+		return a.logged(t, "table 900: removed 10.0.0.1 dev enp7s0 proto 109 scope link src 10.0.0.5 mtu 1355")
 	})
 	if code, _ := a.stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("exit %d", code)
@@ -529,7 +529,7 @@ func TestKernelEncryptionOff(t *testing.T) {
 		"node encryption: no",
 		"rule 900: removed not fwmark 0xe00/0xf00 lookup 900 proto 109",
 		"table 900: removed 10.0.0.0/16 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1355",
-		"table 900: removed 10.0.0.1/32 dev enp7s0 proto 109 scope link src 10.0.0.5 mtu 1355",
+		"table 900: removed 10.0.0.1 dev enp7s0 proto 109 scope link src 10.0.0.5 mtu 1355",
 	}
 	if diff := cmp.Diff(want, a.changes(t)); diff != "" {
 		t.Errorf("change lines (-want +got):\n%s", diff)
@@ -573,7 +573,7 @@ func TestKernelCleanupLeavesNoTrace(t *testing.T) {
 	}
 	want := "rule 900: removed not fwmark 0xe00/0xf00 lookup 900 proto 109\n" +
 		"table 900: removed 10.0.0.0/16 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1355\n" +
-		"table 900: removed 10.0.0.1/32 dev enp7s0 proto 109 scope link src 10.0.0.5 mtu 1355\n"
+		"table 900: removed 10.0.0.1 dev enp7s0 proto 109 scope link src 10.0.0.5 mtu 1355\n"
 	if diff := cmp.Diff(want, stdout); diff != "" {
 		t.Errorf("cleanup's output (-want +got):\n%s", diff)
 	}

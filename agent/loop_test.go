@@ -49,7 +49,7 @@ func must(t *testing.T, err error) {
 
 // seedLines are the changes that split the seed topology.
 var seedLines = []string{
-	"table 900: 10.0.0.1/32 dev enp7s0 scope link src 10.0.0.5 mtu 1355",
+	"table 900: 10.0.0.1 dev enp7s0 scope link src 10.0.0.5 mtu 1355",
 	"table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
 	"rule 900: not fwmark 0xe00/0xf00 lookup 900",
 	"dhcp route 10.0.0.0/16 mtu 1450 (was 1355)",
@@ -275,7 +275,7 @@ func TestLoopRestoresAndTurnsOff(t *testing.T) {
 	must(t, k.SetLinkMTU(wg, 1420))
 	h.waitPass("that follows the MTU", applied(2))
 	want := []string{
-		"table 900: 10.0.0.1/32 dev enp7s0 scope link src 10.0.0.5 mtu 1420 (was 1355)",
+		"table 900: 10.0.0.1 dev enp7s0 scope link src 10.0.0.5 mtu 1420 (was 1355)",
 		"table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1420 (was 1355)",
 	}
 	if diff := cmp.Diff(want, h.takeLines()); diff != "" {
@@ -288,7 +288,7 @@ func TestLoopRestoresAndTurnsOff(t *testing.T) {
 		"node encryption: no",
 		"rule 900: removed not fwmark 0xe00/0xf00 lookup 900 proto 109",
 		"table 900: removed 10.0.0.0/16 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1420",
-		"table 900: removed 10.0.0.1/32 dev enp7s0 proto 109 scope link src 10.0.0.5 mtu 1420",
+		"table 900: removed 10.0.0.1 dev enp7s0 proto 109 scope link src 10.0.0.5 mtu 1420",
 	}
 	if diff := cmp.Diff(want, h.takeLines()); diff != "" {
 		t.Errorf("lines (-want +got):\n%s", diff)

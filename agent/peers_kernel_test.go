@@ -191,12 +191,12 @@ func TestKernelPeers(t *testing.T) {
 		}
 	}
 	add := []string{
-		"table 900: 10.0.0.9/32 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
-		"table 900: fd00::9/128 dev enp7s0 src fd00::5 metric 1024 mtu 1355",
+		"table 900: 10.0.0.9 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
+		"table 900: fd00::9 dev enp7s0 src fd00::5 metric 1024 mtu 1355",
 	}
 	del := []string{
-		"table 900: removed 10.0.0.9/32 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1355",
-		"table 900: removed fd00::9/128 dev enp7s0 proto 109 src fd00::5 metric 1024 mtu 1355",
+		"table 900: removed 10.0.0.9 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1355",
+		"table 900: removed fd00::9 dev enp7s0 proto 109 src fd00::5 metric 1024 mtu 1355",
 	}
 	want := slices.Concat(add, []string{"dhcp route 10.0.0.0/16 mtu 1450 (was 1355)"}, del, add, del)
 	if diff := cmp.Diff(want, lines); diff != "" {
@@ -257,15 +257,15 @@ func TestKernelPeersNothingBeforeList(t *testing.T) {
 func TestKernelPeersCommands(t *testing.T) {
 	s, api := newPeerSeed(t)
 	stdout, stderr, code := s.commandEnv(t, api.env, append([]string{"plan"}, peerArgs...)...)
-	want := "route-replace table 900: 10.0.0.9/32 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355\n" +
-		"route-replace table 900: fd00::9/128 dev enp7s0 src fd00::5 metric 1024 mtu 1355\n" +
+	want := "route-replace table 900: 10.0.0.9 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355\n" +
+		"route-replace table 900: fd00::9 dev enp7s0 src fd00::5 metric 1024 mtu 1355\n" +
 		"rule-add      rule 900: not fwmark 0xe00/0xf00 lookup 900\n" +
 		"rule-add      rule 900 (inet6): not fwmark 0xe00/0xf00 lookup 900\n" +
 		"route-repair  dhcp route 10.0.0.0/16 mtu 1450 (was 1355)\n"
 	if diff := cmp.Diff(want, stdout); code != 0 || diff != "" {
 		t.Errorf("plan: exit %d, stderr %q (-want +got):\n%s", code, stderr, diff)
 	}
-	if stdout, stderr, code = s.commandEnv(t, api.env, append([]string{"once"}, peerArgs...)...); code != 0 || !strings.Contains(stdout, "table 900: 10.0.0.9/32") {
+	if stdout, stderr, code = s.commandEnv(t, api.env, append([]string{"once"}, peerArgs...)...); code != 0 || !strings.Contains(stdout, "table 900: 10.0.0.9 ") {
 		t.Fatalf("once: exit %d\n%s%s", code, stdout, stderr)
 	}
 	verify := []string{"verify", "--peers=auto", "--node-name=node-self", "--metrics-addr="}
@@ -289,8 +289,8 @@ func TestKernelPeersCommands(t *testing.T) {
 	stdout, stderr, code = s.commandEnv(t, outsidePod(), "cleanup", "--peers=auto")
 	want = "rule 900: removed not fwmark 0xe00/0xf00 lookup 900 proto 109\n" +
 		"rule 900 (inet6): removed not fwmark 0xe00/0xf00 lookup 900 proto 109\n" +
-		"table 900: removed 10.0.0.9/32 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1355\n" +
-		"table 900: removed fd00::9/128 dev enp7s0 proto 109 src fd00::5 metric 1024 mtu 1355\n"
+		"table 900: removed 10.0.0.9 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1355\n" +
+		"table 900: removed fd00::9 dev enp7s0 proto 109 src fd00::5 metric 1024 mtu 1355\n"
 	if diff := cmp.Diff(want, stdout); code != 0 || diff != "" {
 		t.Errorf("cleanup without the API: exit %d, stderr %q (-want +got):\n%s", code, stderr, diff)
 	}

@@ -58,8 +58,8 @@ func TestLoopPeers(t *testing.T) {
 	h.l.setPeers(peers("10.0.0.9", "10.0.0.11"))
 	h.waitPass("that splits the peers", applied(4))
 	want := []string{
-		"table 900: 10.0.0.9/32 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
-		"table 900: 10.0.0.11/32 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
+		"table 900: 10.0.0.9 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
+		"table 900: 10.0.0.11 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
 		"rule 900: not fwmark 0xe00/0xf00 lookup 900",
 		"dhcp route 10.0.0.0/16 mtu 1450 (was 1355)",
 	}
@@ -77,8 +77,8 @@ func TestLoopPeers(t *testing.T) {
 	h.l.setPeers(peers("10.0.0.9", "10.0.0.12"))
 	h.waitPass("that follows the peers", applied(2))
 	want = []string{
-		"table 900: 10.0.0.12/32 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
-		"table 900: removed 10.0.0.11/32 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1355",
+		"table 900: 10.0.0.12 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
+		"table 900: removed 10.0.0.11 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1355",
 	}
 	if diff := cmp.Diff(want, h.takeLines()); diff != "" {
 		t.Errorf("lines (-want +got):\n%s", diff)
@@ -176,7 +176,7 @@ func TestPeerSourceFeedsTheLoop(t *testing.T) {
 	<-known
 	h.waitPass("that splits the peer", applied(3))
 	want := []string{
-		"table 900: 10.0.0.9/32 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
+		"table 900: 10.0.0.9 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355",
 		"rule 900: not fwmark 0xe00/0xf00 lookup 900",
 		"dhcp route 10.0.0.0/16 mtu 1450 (was 1355)",
 	}

@@ -136,7 +136,7 @@ type ApplyError struct {
 // Error names the operation as String does, with link indexes; the
 // Reconciler logs failures with link names.
 func (e *ApplyError) Error() string {
-	obj := "rule " + e.Op.Rule.String()
+	obj := ruleHead(e.Op.Rule) + ": " + render(ruleWords(e.Op.Rule))
 	if e.Op.Kind == RouteReplace || e.Op.Kind == RouteDelete {
 		obj = e.Op.Route.Family.String() + " route " + e.Op.Route.String()
 	}

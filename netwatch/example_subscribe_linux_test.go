@@ -37,7 +37,7 @@ func printChanges(sub *netwatch.Subscription, names map[uint32]string, n int) er
 			names[ev.Link.Index] = ev.Link.Name
 			fmt.Printf("%v link %s %v (%v)\n", ev.Op, ev.Link.Name, ev.Link.Flags, ev.Origin.Kind)
 		case netwatch.KindRoute:
-			fmt.Printf("%v route table %v %s (%v)\n", ev.Op, ev.Route.Table, ev.Route.Describe(links), ev.Origin.Kind)
+			fmt.Printf("%v route %s (%v)\n", ev.Op, ev.Route.Describe(links), ev.Origin.Kind)
 		default:
 			fmt.Printf("%v %v (%v)\n", ev.Op, ev.Kind, ev.Origin.Kind)
 		}
@@ -96,7 +96,7 @@ func ExampleWatcher_Subscribe() {
 	cancel()
 	<-done
 	// Output:
-	// new route table 900 198.51.100.0/24 via 192.0.2.1 dev eth0 (program)
+	// new route 198.51.100.0/24 via 192.0.2.1 dev eth0 table 900 proto static (program)
 	// new link eth0 BROADCAST,MULTICAST (kernel)
-	// del route table 900 198.51.100.0/24 via 192.0.2.1 dev eth0 (resync)
+	// del route 198.51.100.0/24 via 192.0.2.1 dev eth0 table 900 proto static (resync)
 }

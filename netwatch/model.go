@@ -454,35 +454,6 @@ func sameExpiry(a, b time.Time) bool {
 	return -expiresSlack < d && d < expiresSlack
 }
 
-func (r Route) String() string {
-	s := r.Dst.String()
-	if r.Type != RouteUnicast && r.Type != RouteUnspec {
-		s = r.Type.String() + " " + s
-	}
-	if r.Src.IsValid() {
-		s += " from " + r.Src.String()
-	}
-	if r.Gateway.IsValid() {
-		s += " via " + r.Gateway.String()
-	}
-	if r.Index != 0 {
-		s += " dev#" + strconv.FormatUint(uint64(r.Index), 10)
-	}
-	if r.Table != TableMain {
-		s += " table " + r.Table.String()
-	}
-	if r.Metric != 0 {
-		s += " metric " + strconv.FormatUint(uint64(r.Metric), 10)
-	}
-	if r.PrefSrc.IsValid() {
-		s += " src " + r.PrefSrc.String()
-	}
-	if r.MTU != 0 {
-		s += " mtu " + strconv.FormatUint(uint64(r.MTU), 10)
-	}
-	return s
-}
-
 // PortRange is FRA_SPORT_RANGE / FRA_DPORT_RANGE.
 type PortRange struct{ Start, End uint16 }
 
@@ -544,10 +515,20 @@ func (r Rule) Equal(o Rule) bool {
 	return r == o
 }
 
-// String is the rule as ip-rule(8) prints it, every attribute named:
-// "900: not fwmark 0xe00/0xf00 lookup 900 proto 109".
+// String is the rule as `ip rule` prints it, every attribute named, "from
+// all" for a rule with no source, a host without its /32 or /128:
+// "900:\tnot from all fwmark 0xe00/0xf00 lookup 900 proto 109".
+// TestKernelText checks it against ip(8) for rules with every attribute.
 func (r Rule) String() string {
-	return strconv.FormatUint(uint64(r.Priority), 10) + ": " + render(ruleWords(r))
+	ws := ruleWords(r)
+	if !r.Src.IsValid() {
+		i := 0
+		if r.Invert {
+			i = 1
+		}
+		ws = slices.Insert(ws, i, word{"from", "all"})
+	}
+	return strconv.FormatUint(uint64(r.Priority), 10) + ":\t" + render(ws)
 }
 
 // KernelRouteFlags are the route and next-hop flags the kernel sets on its

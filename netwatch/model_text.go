@@ -2,6 +2,7 @@ package netwatch
 
 import (
 	"encoding/hex"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -33,17 +34,17 @@ func (o Op) Describe(links func(index uint32) (Link, bool)) string {
 		if o.Repair {
 			return o.describeRepair(links)
 		}
-		now := routeWords(o.Route, links)
+		now := logWords(o.Route, links)
 		if !o.HasWas {
 			return "table " + o.Route.Table.String() + ": " + render(without(now, "proto"))
 		}
-		was := routeWords(o.Was, links)
+		was := logWords(o.Was, links)
 		if v, _ := lookup(was, "proto"); v == mustLookup(now, "proto") {
 			now, was = without(now, "proto"), without(was, "proto")
 		}
 		return "table " + o.Route.Table.String() + ": " + renderDiff(now, was)
 	case RouteDelete:
-		words := routeWords(o.Route, links)
+		words := logWords(o.Route, links)
 		if p := o.Route.Protocol; p == protoUnspec || p == ProtoBoot {
 			words = without(words, "proto") // as ip(8), which leaves out boot
 		}
@@ -65,18 +66,30 @@ func (o Op) DescribeWhole(links func(index uint32) (Link, bool)) string {
 	if o.Kind != RouteReplace || o.Repair || !o.HasWas {
 		return o.Describe(links)
 	}
-	return "table " + o.Route.Table.String() + ": " + o.Route.Describe(links) + " (was " + o.Was.Describe(links) + ")"
+	whole := func(r Route) string { return render(without(logWords(r, links), "proto")) }
+	return "table " + o.Route.Table.String() + ": " + whole(o.Route) + " (was " + whole(o.Was) + ")"
 }
 
-// Describe renders r in ip(8)'s words and order, with link names from
-// links (as in Op.Describe): the destination (after the type, unless
-// unicast), then from, tos, via, dev, nexthops, nhid, scope, src, metric,
-// flags, expiry, realms, metrics, preference, encapsulation and undecoded
-// attributes where set. Unlike String, it leaves out the table, and the
-// protocol.
+// Describe renders r as `ip route show table all` prints it, on one line
+// (a multipath route's next hops follow one another), with link names from
+// links (as in Op.Describe) and ip's "ifINDEX" for a link it does not know:
+// the destination ("default", a host without its /32 or /128, after the
+// type unless unicast), then from, tos, via, dev, table (unless main),
+// nexthops, nhid, proto (unless boot), scope (unless universe), src,
+// metric, flags, expiry, realms, metrics, preference (IPv6), encapsulation
+// and undecoded attributes as hex, each where set. TestKernelText checks it
+// against ip(8) for routes with every attribute.
 func (r Route) Describe(links func(index uint32) (Link, bool)) string {
-	return render(without(routeWords(r, links), "proto"))
+	ws := routeWords(r, links)
+	if r.Protocol == ProtoBoot {
+		ws = without(ws, "proto") // as ip(8), which leaves out boot
+	}
+	return render(ws)
 }
+
+// String is Describe without link names: "10.0.0.0/16 via 10.0.0.1 dev if2
+// table 900 proto 109 src 10.0.0.5 mtu 1355".
+func (r Route) String() string { return r.Describe(nil) }
 
 // describeRepair names a foreign route by its protocol and shows only
 // what changed: "dhcp route 10.0.0.0/16 mtu 1450 (was 1355)".
@@ -97,11 +110,11 @@ func (o Op) describeRepair(links func(uint32) (Link, bool)) string {
 			rt.MTU = l.MTU
 		}
 	}
-	now := routeWords(rt, links)[1:]
+	now := logWords(rt, links)[1:]
 	if !o.HasWas {
 		return head + " " + render(now)
 	}
-	was := routeWords(o.Was, links)[1:]
+	was := logWords(o.Was, links)[1:]
 	var words []string
 	for _, a := range now {
 		switch w, ok := lookup(was, a.name); {
@@ -160,13 +173,39 @@ func without(as []word, name string) []word {
 	return out
 }
 
+// linkName is the name links gives the link, or "ifINDEX", as ip(8)
+// names a link it does not know.
 func linkName(links func(uint32) (Link, bool), index uint32) string {
 	if links != nil {
 		if l, ok := links(index); ok {
 			return l.Name
 		}
 	}
-	return "#" + strconv.FormatUint(uint64(index), 10)
+	return "if" + strconv.FormatUint(uint64(index), 10)
+}
+
+// prefixText is p as ip(8) prints a prefix: the address alone for a host
+// prefix, whole for a family's whole space (the word ip uses for it:
+// "default" for a route's destination, "all" for a source).
+func prefixText(p netip.Prefix, whole string) string {
+	switch {
+	case p.Bits() == 0:
+		return whole
+	case p.Bits() == p.Addr().BitLen():
+		return p.Addr().String()
+	}
+	return p.String()
+}
+
+// logWords are a route's words in a log line, which names the table in its
+// head and the protocol only where it says something: without them, and
+// without IPv6's default preference.
+func logWords(r Route, links func(uint32) (Link, bool)) []word {
+	ws := without(routeWords(r, links), "table")
+	if v, _ := lookup(ws, "pref"); v == prefMedium.String() {
+		ws = without(ws, "pref")
+	}
+	return ws
 }
 
 func itoa[T ~uint8 | ~uint16 | ~uint32 | ~uint64](v T) string {
@@ -176,14 +215,14 @@ func itoa[T ~uint8 | ~uint16 | ~uint32 | ~uint64](v T) string {
 // routeWords lists a route's words, as Route.Describe renders them and in
 // ip(8)'s order; the protocol is among them.
 func routeWords(r Route, links func(uint32) (Link, bool)) []word {
-	dst := r.Dst.String()
+	dst := prefixText(r.Dst, "default")
 	if r.Type != RouteUnicast && r.Type != RouteUnspec {
 		dst = r.Type.String() + " " + dst
 	}
 	as := []word{{"", dst}}
 	add := func(name, value string) { as = append(as, word{name, value}) }
 	if r.Src.IsValid() {
-		add("from", r.Src.String())
+		add("from", prefixText(r.Src, "all"))
 	}
 	if r.TOS != 0 {
 		add("tos", "0x"+strconv.FormatUint(uint64(r.TOS), 16))
@@ -193,6 +232,9 @@ func routeWords(r Route, links func(uint32) (Link, bool)) []word {
 	}
 	if r.Index != 0 {
 		add("dev", linkName(links, r.Index))
+	}
+	if r.Table != TableMain {
+		add("table", r.Table.String())
 	}
 	if len(r.NextHops) > 0 {
 		var nhs []string
@@ -211,8 +253,8 @@ func routeWords(r Route, links func(uint32) (Link, bool)) []word {
 	if r.PrefSrc.IsValid() {
 		add("src", r.PrefSrc.String())
 	}
-	if r.Metric != 0 {
-		add("metric", itoa(r.Metric))
+	if r.Metric != 0 || r.Family == IPv6 {
+		add("metric", itoa(r.Metric)) // an IPv6 route always has one
 	}
 	if f := flagText(r.Flags); f != "" {
 		add("flags", f)
@@ -225,7 +267,7 @@ func routeWords(r Route, links func(uint32) (Link, bool)) []word {
 		add(name, v)
 	}
 	as = append(as, metricWords(r.MTU, r.Metrics)...)
-	if r.Family == IPv6 && r.Pref != prefMedium {
+	if r.Family == IPv6 {
 		add("pref", r.Pref.String())
 	}
 	if r.Encap != (Encap{}) {
@@ -405,10 +447,10 @@ func appendRuleSelector(as []word, r Rule) []word {
 		add("", "not")
 	}
 	if r.Src.IsValid() {
-		add("from", r.Src.String())
+		add("from", prefixText(r.Src, "all"))
 	}
 	if r.Dst.IsValid() {
-		add("to", r.Dst.String())
+		add("to", prefixText(r.Dst, "all"))
 	}
 	if r.TOS != 0 {
 		add("tos", "0x"+strconv.FormatUint(uint64(r.TOS), 16))
@@ -472,8 +514,8 @@ func appendRuleAction(as []word, r Rule) []word {
 		}
 		add(name, v)
 	}
-	if r.Protocol != 0 {
-		add("proto", r.Protocol.String())
+	if r.Protocol != 0 && r.Protocol != ProtoKernel {
+		add("proto", r.Protocol.String()) // as ip(8), which leaves out kernel
 	}
 	if r.Attrs != "" {
 		add("attrs", attrsText(r.Attrs))

@@ -63,7 +63,7 @@ func TestKernelUplinkPin(t *testing.T) {
 	ns.IP(t, "-6", "route", "replace", "default", "via", "2001:db8:2::fe", "dev", "eth1", "metric", "200", "proto", "ra")
 	both(t, v4, primary4, pinned("192.0.2.254"))
 	both(t, v6, primary6, pinned("2001:db8:2::fe"))
-	netwatchtest.WaitLog(t, logs, "table 920: 0.0.0.0/0 via 192.0.2.254 dev eth1 (was 0.0.0.0/0 via 192.0.2.1 dev eth1)", 1)
+	netwatchtest.WaitLog(t, logs, "table 920: default via 192.0.2.254 dev eth1 (was default via 192.0.2.1 dev eth1)", 1)
 
 	t.Log("eth1 loses carrier: everything owned is removed")
 	ns.IP(t, "link", "set", "eth1p", "down")

@@ -99,15 +99,15 @@ func Example() {
 	step("eth1 gone")
 	// Output:
 	// eth1 up: []
-	//   table 920: 0.0.0.0/0 via 192.0.2.1 dev eth1 src 192.0.2.10
-	//   table 920: ::/0 via fe80::1 dev eth1 src 2001:db8::11 metric 1024
+	//   table 920: default via 192.0.2.1 dev eth1 src 192.0.2.10
+	//   table 920: default via fe80::1 dev eth1 src 2001:db8::11 metric 1024
 	//   rule 920: fwmark 0x100/0xff00 lookup 920
 	//   rule 920 (inet6): fwmark 0x100/0xff00 lookup 920
 	// new gateway: []
-	//   table 920: 0.0.0.0/0 via 192.0.2.2 (was 192.0.2.1) dev eth1 src 192.0.2.10
+	//   table 920: default via 192.0.2.2 (was 192.0.2.1) dev eth1 src 192.0.2.10
 	// eth1 gone: ["eth1 is missing or down"]
 	//   rule 920: removed fwmark 0x100/0xff00 lookup 920 proto 242
 	//   rule 920 (inet6): removed fwmark 0x100/0xff00 lookup 920 proto 242
-	//   table 920: removed 0.0.0.0/0 via 192.0.2.2 dev #3 proto 242 src 192.0.2.10
-	//   table 920: removed ::/0 via fe80::1 dev #3 proto 242 src 2001:db8::11 metric 1024
+	//   table 920: removed default via 192.0.2.2 dev if3 proto 242 src 192.0.2.10
+	//   table 920: removed default via fe80::1 dev if3 proto 242 src 2001:db8::11 metric 1024
 }

@@ -206,11 +206,9 @@ func objectText(op netwatch.Op, links func(uint32) (netwatch.Link, bool)) string
 	case op.Kind == netwatch.RuleAdd || op.Kind == netwatch.RuleDelete:
 		return netwatch.Op{Kind: netwatch.RuleAdd, Rule: op.Rule}.Describe(links)
 	case op.Repair:
-		s := op.Route.Protocol.String() + " route " + op.Route.Describe(links)
-		if op.Route.Table != netwatch.TableMain {
-			s += " table " + op.Route.Table.String()
-		}
-		return s
+		r := op.Route
+		r.Protocol = netwatch.ProtoBoot // named in the head instead
+		return op.Route.Protocol.String() + " route " + r.Describe(links)
 	}
 	return netwatch.Op{Kind: netwatch.RouteReplace, Route: op.Route}.Describe(links)
 }

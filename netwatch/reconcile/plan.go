@@ -186,23 +186,23 @@ func (p *planner) wantRules(rs []netwatch.Rule) error {
 	for _, r := range rs {
 		o := OwnedPriority{r.Family, r.Priority}
 		if err := checkFamily(r.Family); err != nil {
-			return fmt.Errorf("rule %v: %w", r, err)
+			return fmt.Errorf("%s: %w", ruleName(r), err)
 		}
 		if !p.prios[o] {
-			return fmt.Errorf("%v rule %v: priority %d is not owned", r.Family, r, r.Priority)
+			return fmt.Errorf("%s: priority %d is not owned", ruleName(r), r.Priority)
 		}
 		if r.State != 0 {
-			return fmt.Errorf("%v rule %v: a desired rule cannot have the kernel's state flags %#x", r.Family, r, r.State)
+			return fmt.Errorf("%s: a desired rule cannot have the kernel's state flags %#x", ruleName(r), r.State)
 		}
 		if err := checkRule(r); err != nil {
-			return fmt.Errorf("%v rule %v: %w", r.Family, r, err)
+			return fmt.Errorf("%s: %w", ruleName(r), err)
 		}
 		if slices.ContainsFunc(p.rules[o], r.Equal) {
 			continue
 		}
 		for _, w := range p.rules[o] {
 			if ruleAddCollides(r, w) || ruleAddCollides(w, r) {
-				return fmt.Errorf("%v rules %v and %v: the kernel holds only one of them", r.Family, w, r)
+				return fmt.Errorf("%s and %s: the kernel holds only one of them", ruleName(w), ruleName(r))
 			}
 		}
 		p.rules[o] = append(p.rules[o], r)
@@ -233,7 +233,7 @@ func (p *planner) wantRepairs(v netwatch.View, rs []netwatch.Route) error {
 // planRouteName names r in a plan error with link names, as the log lines
 // do.
 func planRouteName(v netwatch.View, r netwatch.Route) string {
-	return r.Family.String() + " route " + r.Describe(v.Link) + " table " + r.Table.String()
+	return r.Family.String() + " route " + r.Describe(v.Link)
 }
 
 // checkCached refuses to plan for tables the view does not hold: an owned
@@ -607,4 +607,10 @@ func kernelMetric(r netwatch.Route) uint32 {
 		return netwatch.IPv6DefaultMetric
 	}
 	return r.Metric
+}
+
+// ruleName names r in a plan error as the log lines do: "rule 900 (inet6):
+// not fwmark 0xe00/0xf00 lookup 900".
+func ruleName(r netwatch.Rule) string {
+	return netwatch.Op{Kind: netwatch.RuleAdd, Rule: r}.Describe(nil)
 }
