@@ -925,7 +925,7 @@ func TestWatchEnd(t *testing.T) {
 				x.start()
 				x.event("ADDED", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"worker-1","resourceVersion":"101"}}`)
 			},
-			next:  next{rv: "100"},
+			next:  next{get: true}, // resuming would replay it
 			stats: Stats{DecodeError: 1},
 			level: "WARN",
 			log:   []string{`ADDED event: got "v1" "Pod", want cilium.io/v2 CiliumNode`},
@@ -933,7 +933,7 @@ func TestWatchEnd(t *testing.T) {
 		{
 			name:   "wrong name",
 			script: func(x *exchange) { x.start(); x.event("MODIFIED", node("101", named("worker-2"), optedOut)) },
-			next:   next{rv: "100"},
+			next:   next{get: true},
 			stats:  Stats{DecodeError: 1},
 			level:  "WARN",
 			log:    []string{`got CiliumNode "worker-2"`},
@@ -941,7 +941,7 @@ func TestWatchEnd(t *testing.T) {
 		{
 			name:   "key is a string: the last mode stands",
 			script: func(x *exchange) { x.start(); x.event("MODIFIED", node("101", key("0"))) },
-			next:   next{rv: "100"},
+			next:   next{get: true},
 			stats:  Stats{DecodeError: 1},
 			level:  "WARN",
 			log:    []string{"MODIFIED event: decode CiliumNode: json: cannot unmarshal string"},
@@ -1010,7 +1010,7 @@ func TestWatchEnd(t *testing.T) {
 			next:   next{rv: "100"},
 			stats:  Stats{WatchRestart: 1},
 			level:  "WARN",
-			log:    []string{"watch worker-1: no data for 50ms; restarting it"},
+			log:    []string{"watch worker-1: no complete event for 50ms; restarting it"},
 		},
 		{
 			name:   "silent after a bookmark",
@@ -1019,7 +1019,7 @@ func TestWatchEnd(t *testing.T) {
 			next:   next{rv: "140"},
 			stats:  Stats{WatchRestart: 1},
 			level:  "WARN",
-			log:    []string{"no data for 50ms"},
+			log:    []string{"no complete event for 50ms"},
 		},
 		{
 			name:   "no header at all",
@@ -1028,7 +1028,7 @@ func TestWatchEnd(t *testing.T) {
 			next:   next{rv: "100"},
 			stats:  Stats{WatchRestart: 1},
 			level:  "WARN",
-			log:    []string{"no data for 50ms"},
+			log:    []string{"no complete event for 50ms"},
 		},
 	}
 	for _, proto := range []string{"h2", "http1.1"} {
@@ -1083,14 +1083,16 @@ func TestLastModeStands(t *testing.T) {
 	h.wantReported(NotEncrypting)
 	x.start()
 	x.event("MODIFIED", node("201", key("x")))
-	x = h.api.expectWatch(t, "200")
+	h.api.expectGet(t).reply(http.StatusOK, node("201", key("x"))) // still corrupt
+	h.api.expectGet(t).reply(http.StatusOK, node("201", optedOut))
+	x = h.api.expectWatch(t, "201")
 	x.start()
 	x.event("DELETED", node("202", optedOut))
 	x.drop()
 	h.api.expectWatch(t, "202").status(http.StatusInternalServerError, "InternalError", "boom")
 	h.api.expectWatch(t, "202")
 	h.wantReported()
-	h.wantStats(Stats{OK: 2, Gone: 1, HTTPError: 3, DecodeError: 3, NetworkError: 2, NotFound: 1, Mode: NotEncrypting})
+	h.wantStats(Stats{OK: 3, Gone: 1, HTTPError: 3, DecodeError: 4, NetworkError: 2, NotFound: 1, Mode: NotEncrypting})
 }
 
 // TestResync: the object is read again every Resync although the watch is healthy, and the
@@ -1388,7 +1390,7 @@ func TestNewDefaults(t *testing.T) {
 		TokenFile, CAFile                    string
 		Resync, WatchTimeout, RequestTimeout time.Duration
 		GetURL, WatchURL                     string
-	}{s.cfg.TokenFile, s.cfg.CAFile, s.cfg.Resync, s.cfg.WatchTimeout, s.cfg.RequestTimeout, s.getURL, s.watchURL + "100"}
+	}{s.cfg.TokenFile, s.cfg.CAFile, s.cfg.Resync, s.cfg.WatchTimeout, s.cfg.RequestTimeout, s.getURL, s.lw.watchURL + "100"}
 	want := got
 	want.TokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 	want.CAFile = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
