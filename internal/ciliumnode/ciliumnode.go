@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -84,13 +83,11 @@ const (
 
 // Source reads one node's CiliumNode. Create it with New and call Run.
 type Source struct {
-	cfg       Config
-	getURL    string
-	client    *http.Client
-	ownClient bool
-	log       *slog.Logger
-	running   atomic.Bool
-	lw        listWatch
+	cfg    Config
+	getURL string
+	client *http.Client
+	log    *slog.Logger
+	lw     *listWatch
 
 	mode Mode // Run's goroutine only
 	// report is Run's report func; Run's goroutine only.
@@ -106,33 +103,15 @@ func New(cfg Config) (*Source, error) {
 	if err := validNodeName(cfg.NodeName); err != nil {
 		return nil, err
 	}
-	server, err := settle(&cfg)
+	lw, server, err := newListWatch(cfg)
 	if err != nil {
 		return nil, err
 	}
-	client, own, err := httpClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	s := &Source{
-		cfg:       cfg,
-		getURL:    server + resource + "/" + cfg.NodeName,
-		client:    client,
-		ownClient: own,
-		log:       cfg.Logger,
-	}
-	s.lw = listWatch{
-		cfg:    cfg,
-		client: client,
-		watchURL: server + resource + "?watch=1&fieldSelector=metadata.name%3D" + cfg.NodeName +
-			"&allowWatchBookmarks=true&resourceVersion=",
-		what:   cfg.NodeName,
-		kept:   "the last mode",
-		again:  "reading the object again",
-		resync: cfg.Resync,
-		count:  s.count,
-		r:      s,
-	}
+	s := &Source{cfg: lw.cfg, getURL: server + resource + "/" + cfg.NodeName, client: lw.client, log: lw.cfg.Logger, lw: lw}
+	s.lw.watchURL = server + resource + "?watch=1&fieldSelector=metadata.name%3D" + cfg.NodeName +
+		"&allowWatchBookmarks=true&resourceVersion="
+	s.lw.what, s.lw.kept, s.lw.again = cfg.NodeName, "the last mode", "reading the object again"
+	s.lw.resync, s.lw.count, s.lw.r = s.cfg.Resync, s.count, s
 	return s, nil
 }
 
@@ -174,19 +153,7 @@ func (st *Stats) add(o outcome) {
 // of each Run always reports. report should return promptly: the watch waits for it. Run
 // returns nil when ctx ends, and an error only when misused (nil report, or already running).
 func (s *Source) Run(ctx context.Context, report func(Mode)) error {
-	if report == nil {
-		return errors.New("ciliumnode: Run: nil report func")
-	}
-	if !s.running.CompareAndSwap(false, true) {
-		return errors.New("ciliumnode: Run: already running")
-	}
-	defer s.running.Store(false)
-	if s.ownClient {
-		defer s.client.CloseIdleConnections()
-	}
-	s.mode, s.report = Unknown, report
-	s.lw.run(ctx)
-	return nil
+	return s.lw.start(ctx, report == nil, func() { s.mode, s.report = Unknown, report })
 }
 
 // read GETs the CiliumNode and takes its mode (the list-watch loop's reader).

@@ -254,13 +254,27 @@ func (x *exchange) drop() {
 	x.waitDone()
 }
 
+// replySlowly is reply for a body the client takes long to read (tens of MiB under the
+// race detector on a loaded machine): it waits a minute for the handler to return.
+func (x *exchange) replySlowly(code int, body string) {
+	x.t.Helper()
+	x.do(func(w http.ResponseWriter) { writeJSON(w, code, body) })
+	x.once.Do(func() { close(x.cmds) })
+	x.waitDoneWithin(time.Minute)
+}
+
 // waitDone waits until the handler has returned (the client may have hung up).
 func (x *exchange) waitDone() {
 	x.t.Helper()
+	x.waitDoneWithin(waitFor)
+}
+
+func (x *exchange) waitDoneWithin(d time.Duration) {
+	x.t.Helper()
 	select {
 	case <-x.done:
-	case <-time.After(waitFor):
-		x.t.Fatalf("%s: request still open after %v", x.req.URL, waitFor)
+	case <-time.After(d):
+		x.t.Fatalf("%s: request still open after %v", x.req.URL, d)
 	}
 }
 

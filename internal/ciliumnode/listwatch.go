@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -41,6 +42,42 @@ type listWatch struct {
 	resync   time.Duration // read again this often while the watch is healthy; 0 never
 	count    func(outcome)
 	r        reader
+	// ownClient is set when the client was made for this source: its idle connections
+	// are closed when Run returns.
+	ownClient bool
+	running   atomic.Bool
+}
+
+// newListWatch settles cfg (checks it and fills in its defaults) and makes the client, for
+// a source to complete the loop with its URLs, messages and reader. It returns the server's
+// URL without a trailing slash.
+func newListWatch(cfg Config) (lw *listWatch, server string, err error) {
+	if server, err = settle(&cfg); err != nil {
+		return nil, "", err
+	}
+	client, own, err := httpClient(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	return &listWatch{cfg: cfg, client: client, ownClient: own}, server, nil
+}
+
+// start is a source's Run: it refuses a nil report func and a second Run at a time, calls
+// begin, then runs the loop until ctx ends.
+func (lw *listWatch) start(ctx context.Context, nilReport bool, begin func()) error {
+	if nilReport {
+		return errors.New("ciliumnode: Run: nil report func")
+	}
+	if !lw.running.CompareAndSwap(false, true) {
+		return errors.New("ciliumnode: Run: already running")
+	}
+	defer lw.running.Store(false)
+	if lw.ownClient {
+		defer lw.client.CloseIdleConnections()
+	}
+	begin()
+	lw.run(ctx)
+	return nil
 }
 
 // run reads and watches until ctx ends.

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -29,13 +28,11 @@ const (
 // PeerSource list-watches every CiliumNode and reports snapshots of what it keeps of them
 // (Peers). Create it with NewPeers and call Run.
 type PeerSource struct {
-	cfg       Config
-	listURL   string // of the first page; the next ones add &continue=
-	watchURL  string // without the resourceVersion value, which is appended
-	client    *http.Client
-	ownClient bool
-	log       *slog.Logger
-	running   atomic.Bool
+	cfg     Config
+	listURL string // of the first page; the next ones add &continue=
+	client  *http.Client
+	log     *slog.Logger
+	lw      *listWatch // its reader is set by each Run
 
 	mu    sync.Mutex
 	stats PeerStats // but the request counters
@@ -79,22 +76,14 @@ func (st PeerStats) Requests() map[string]uint64 {
 // defaults and, unless cfg.HTTPClient is set, builds an HTTPS client that trusts the
 // certificates in cfg.CAFile.
 func NewPeers(cfg Config) (*PeerSource, error) {
-	server, err := settle(&cfg)
+	lw, server, err := newListWatch(cfg)
 	if err != nil {
 		return nil, err
 	}
-	client, own, err := httpClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &PeerSource{
-		cfg:       cfg,
-		listURL:   server + resource + "?limit=" + strconv.Itoa(listPageSize),
-		watchURL:  server + resource + "?watch=1&allowWatchBookmarks=true&resourceVersion=",
-		client:    client,
-		ownClient: own,
-		log:       cfg.Logger,
-	}, nil
+	s := &PeerSource{cfg: lw.cfg, listURL: server + resource + "?limit=" + strconv.Itoa(listPageSize), client: lw.client, log: lw.cfg.Logger, lw: lw}
+	s.lw.watchURL = server + resource + "?watch=1&allowWatchBookmarks=true&resourceVersion="
+	s.lw.what, s.lw.kept, s.lw.again, s.lw.count = "CiliumNodes", "the last nodes", "listing again", s.count
+	return s, nil
 }
 
 // Stats returns the request counters and a summary of the last snapshot.
@@ -130,31 +119,12 @@ type peerRun struct {
 // keep only the latest snapshot. Run returns nil when ctx ends, and an error only when
 // misused (nil report, or already running).
 func (s *PeerSource) Run(ctx context.Context, report func(Peers)) error {
-	if report == nil {
-		return errors.New("ciliumnode: Run: nil report func")
-	}
-	if !s.running.CompareAndSwap(false, true) {
-		return errors.New("ciliumnode: Run: already running")
-	}
-	defer s.running.Store(false)
-	if s.ownClient {
-		defer s.client.CloseIdleConnections()
-	}
-	s.mu.Lock()
-	s.stats.Synced = false
-	s.mu.Unlock()
-	lw := listWatch{
-		cfg:      s.cfg,
-		client:   s.client,
-		watchURL: s.watchURL,
-		what:     "CiliumNodes",
-		kept:     "the last nodes",
-		again:    "listing again",
-		count:    s.count,
-		r:        &peerRun{s: s, report: report},
-	}
-	lw.run(ctx)
-	return nil
+	return s.lw.start(ctx, report == nil, func() {
+		s.mu.Lock()
+		s.stats.Synced = false
+		s.mu.Unlock()
+		s.lw.r = &peerRun{s: s, report: report}
+	})
 }
 
 // read lists every CiliumNode and takes the list as the new snapshot.

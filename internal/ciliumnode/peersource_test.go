@@ -385,7 +385,7 @@ func TestPeersListFails(t *testing.T) {
 			// 20 MiB to read under the race detector on a loaded machine: more time.
 			cfg: func(c *Config) { c.RequestTimeout = time.Minute },
 			answer: func(h *peerScript) {
-				h.api.expectList(h.t, "").reply(http.StatusOK, `{"items":[{"metadata":{"name":"`+strings.Repeat("x", maxReadAhead+maxBody))
+				h.api.expectList(h.t, "").replySlowly(http.StatusOK, `{"items":[{"metadata":{"name":"`+strings.Repeat("x", maxReadAhead+maxBody))
 			},
 			stats: PeerStats{DecodeError: 1},
 			level: "WARN",
@@ -871,7 +871,7 @@ func TestNewPeers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []string{s.listURL, s.watchURL + "100", s.cfg.TokenFile, s.cfg.WatchTimeout.String(), s.cfg.RequestTimeout.String()}
+	got := []string{s.listURL, s.lw.watchURL + "100", s.cfg.TokenFile, s.cfg.WatchTimeout.String(), s.cfg.RequestTimeout.String()}
 	want := []string{
 		"https://10.96.0.1:443/apis/cilium.io/v2/ciliumnodes?limit=500",
 		"https://10.96.0.1:443/apis/cilium.io/v2/ciliumnodes?watch=1&allowWatchBookmarks=true&resourceVersion=100",
