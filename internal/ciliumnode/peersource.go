@@ -386,6 +386,8 @@ func (s *PeerSource) listPage(ctx context.Context, cont string, l *list) (listMe
 	switch {
 	case err == nil:
 		return meta, outcomeOK, nil
+	case errors.Is(err, errTooMany):
+		return listMeta{}, outcomeOK, errTooMany // the page was fine; the list is too long
 	case body.err != nil && body.err != io.EOF && !errors.Is(body.err, errObjectTooLarge), errors.Is(err, io.ErrUnexpectedEOF), ctx.Err() != nil:
 		return listMeta{}, outcomeNetworkError, fmt.Errorf("read body: %w", err)
 	}
