@@ -198,3 +198,62 @@ func TestPeerSourceFeedsTheLoop(t *testing.T) {
 		t.Errorf("lines %q, want node encryption: no first", got)
 	}
 }
+
+// A CiliumNode that does not decode (a key that is a string) leaves the
+// others in use; the peer set says it is incomplete: a warning, the
+// metrics, and /readyz's check. Fixed, it is complete again.
+func TestPeerSourceIncomplete(t *testing.T) {
+	srv := apitest.New(t, apitest.Options{})
+	dir := t.TempDir()
+	must(t, srv.WriteServiceAccount(dir))
+	host, port := srv.HostPort()
+	t.Setenv("KUBERNETES_SERVICE_HOST", host)
+	t.Setenv("KUBERNETES_SERVICE_PORT", port)
+	t.Setenv(serviceAccountDirEnv, dir)
+	badKey := func(o map[string]any) { o["spec"].(map[string]any)["encryption"] = map[string]any{"key": "abc"} }
+	srv.MustPut(t,
+		apitest.Node{Name: "node-self", InternalIPs: []string{"10.0.0.5"}, Key: 255},
+		apitest.Node{Name: "peer-1", InternalIPs: []string{"10.0.0.9"}, Key: 255},
+		apitest.Node{Name: "peer-bad", InternalIPs: []string{"10.0.0.7"}, Key: 255, Patch: badKey},
+	)
+
+	k, _, _ := seedKernel(t)
+	h := newHarnessCfg(t, k, peersConfig())
+	o := options{cmd: cmdRun, policy: peersConfig(), encryption: encAuto, nodeName: "node-self"}
+	srcs, err := newSources(o, slog.New(slog.NewTextHandler(lockedWriter{&h.mu, &h.logs}, nil)))
+	must(t, err)
+	h.met.addPeers(h.l, srcs.peers)
+	h.start()
+	ctx, cancel := context.WithCancel(context.Background())
+	var g group
+	<-srcs.start(ctx, &g, h.l)
+	t.Cleanup(func() { cancel(); g.wait(5 * time.Second) })
+
+	h.waitPass("that splits the good peer", applied(3))
+	if got := h.l.peersIncomplete(); !strings.Contains(got, "the peer set is incomplete: CiliumNode peer-bad: skipped: ") {
+		t.Errorf("peersIncomplete %q, want peer-bad named", got)
+	}
+	if !strings.Contains(h.log(), "the peer set is incomplete: CiliumNode peer-bad") || !strings.Contains(h.log(), "/readyz answers 503") {
+		t.Errorf("no warning about the incomplete peer set in:\n%s", h.log())
+	}
+	for name, want := range map[string]float64{"marksplit_peers_incomplete": 1, "marksplit_peer_nodes_problem": 1, "marksplit_peer_addresses": 1} {
+		if got := metricValue(t, h.met, name, ""); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+
+	srv.MustPut(t, apitest.Node{Name: "peer-bad", InternalIPs: []string{"10.0.0.7"}, Key: 255})
+	h.waitPass("that splits the fixed peer", applied(1))
+	eventually(t, 5*time.Second, "complete again", func() error {
+		if got := h.l.peersIncomplete(); got != "" {
+			return errors.New(got)
+		}
+		return nil
+	})
+	if got := metricValue(t, h.met, "marksplit_peers_incomplete", ""); got != 0 {
+		t.Errorf("marksplit_peers_incomplete = %v, want 0", got)
+	}
+	if !strings.Contains(h.log(), "the peer set is complete again") {
+		t.Errorf("no line saying the peer set is complete again in:\n%s", h.log())
+	}
+}
