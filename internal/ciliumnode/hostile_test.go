@@ -323,3 +323,90 @@ func TestPeersSkipLarge(t *testing.T) {
 	h.wantReported(threeSummary)
 	h.wantLog("WARN", "CiliumNode x: skipped: an object larger than 4194304 bytes", "left out")
 }
+
+// TestWireAddrs: spec.addresses is decoded element by element, keeping the first
+// MaxNodeAddrs InternalIPs and counting what does not fit the schema.
+func TestWireAddrs(t *testing.T) {
+	var many []string
+	for i := range MaxNodeAddrs + 3 {
+		many = append(many, fmt.Sprintf(`{"type":"InternalIP","ip":"10.0.0.%d"}`, i))
+	}
+	tests := []struct {
+		name        string
+		json        string
+		ips         []string
+		more, wrong int
+	}{
+		{"null", `null`, nil, 0, 0},
+		{"empty", `[]`, nil, 0, 0},
+		{"not an array", `"10.0.0.1"`, nil, 0, 1},
+		{"an object", `{"type":"InternalIP"}`, nil, 0, 1},
+		{
+			"mixed", ` [ {"type":"ExternalIP","ip":"203.0.113.1"}, {"ip":"10.0.0.1","type":"InternalIP"}, 5, "s,]}", true,
+			{"type":"InternalIP","ip":7}, [1, {"a":2}], {"type":"InternalIP","ip":"a\"},]{[b","x":{"y":["]"]}}, null ] `,
+			[]string{"10.0.0.1", `a"},]{[b`}, 0, 6, // 5, "s,]}", true, ip 7, [1, …], null
+		},
+		{"more than MaxNodeAddrs", "[" + strings.Join(many, ",") + "]", nil, 3, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var a wireAddrs
+			if err := json.Unmarshal([]byte(tc.json), &a); err != nil {
+				t.Fatal(err)
+			}
+			if tc.more > 0 {
+				if len(a.ips) != MaxNodeAddrs || a.ips[0] != "10.0.0.0" {
+					t.Errorf("ips %q, want the first %d", a.ips, MaxNodeAddrs)
+				}
+			} else if !slices.Equal(a.ips, tc.ips) {
+				t.Errorf("ips %q, want %q", a.ips, tc.ips)
+			}
+			if a.more != tc.more || a.wrong != tc.wrong {
+				t.Errorf("more %d, wrong %d; want %d, %d", a.more, a.wrong, tc.more, tc.wrong)
+			}
+		})
+	}
+}
+
+// FuzzWireAddrs checks the element walk of wireAddrs against a slow reference that
+// decodes the whole array first.
+func FuzzWireAddrs(f *testing.F) {
+	for _, s := range []string{`null`, `[]`, `"x"`, `[{"type":"InternalIP","ip":"10.0.0.1"},5,"s,]}",true,null]`,
+		`[{"type":"InternalIP","ip":"a\"},]{[b","x":{"y":["]"]}},[1,{"a":2}]]`, `[{"type":"InternalIP","ip":7}]`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !json.Valid([]byte(s)) {
+			return
+		}
+		var got wireAddrs
+		if err := json.Unmarshal([]byte(s), &got); err != nil {
+			t.Fatal(err)
+		}
+		var want wireAddrs
+		var elems []json.RawMessage
+		if err := json.Unmarshal([]byte(s), &elems); err != nil {
+			want.wrong = 1
+		} else if strings.TrimSpace(s) == "null" {
+			want.wrong = 0
+		}
+		for _, e := range elems {
+			var x struct {
+				Type string `json:"type"`
+				IP   string `json:"ip"`
+			}
+			switch {
+			case json.Unmarshal(e, &x) != nil || strings.TrimSpace(string(e)) == "null":
+				want.wrong++
+			case x.Type != "InternalIP":
+			case len(want.ips) < MaxNodeAddrs:
+				want.ips = append(want.ips, x.IP)
+			default:
+				want.more++
+			}
+		}
+		if !slices.Equal(got.ips, want.ips) || got.more != want.more || got.wrong != want.wrong {
+			t.Errorf("%q: got %+v, want %+v", s, got, want)
+		}
+	})
+}

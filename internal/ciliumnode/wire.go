@@ -63,38 +63,76 @@ type wireAddrs struct {
 }
 
 // UnmarshalJSON decodes spec.addresses. It never fails: the outer decoder has checked the
-// syntax, and what does not fit the schema is counted in wrong.
+// syntax, and what does not fit the schema is counted in wrong. It walks the array's bytes
+// to find each element and decodes only the elements, one at a time.
 func (a *wireAddrs) UnmarshalJSON(data []byte) error {
 	*a = wireAddrs{}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
-		if t != nil {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '[' {
+		if string(data) != "null" {
 			a.wrong++ // not an array (null is no addresses)
 		}
 		return nil
 	}
-	for dec.More() {
-		var e struct {
-			Type string `json:"type"`
-			IP   string `json:"ip"`
-		}
-		if err := dec.Decode(&e); err != nil {
-			var typeErr *json.UnmarshalTypeError
-			if !errors.As(err, &typeErr) {
-				return nil // cannot happen: the syntax was checked
+	var (
+		depth, start  int
+		inStr, escape bool
+		scalar        bool // inside an element that is not an object or array
+	)
+	for i, c := range data {
+		switch {
+		case inStr:
+			switch {
+			case escape:
+				escape = false
+			case c == '\\':
+				escape = true
+			case c == '"':
+				inStr = false
 			}
-			a.wrong++
+			continue
+		case c == ' ', c == '\t', c == '\n', c == '\r':
+			continue
+		case depth == 1 && c == ',':
+			scalar = false
 			continue
 		}
-		switch {
-		case e.Type != "InternalIP":
-		case len(a.ips) < MaxNodeAddrs:
-			a.ips = append(a.ips, e.IP)
+		switch c {
+		case '{', '[':
+			if depth++; depth == 2 {
+				start = i
+			}
+		case '}', ']':
+			if depth == 2 {
+				a.element(data[start : i+1])
+			}
+			depth--
 		default:
-			a.more++
+			if depth == 1 && !scalar {
+				scalar = true
+				a.wrong++
+			}
+			inStr = c == '"'
 		}
 	}
 	return nil
+}
+
+// element decodes one element of spec.addresses.
+func (a *wireAddrs) element(data []byte) {
+	var e struct {
+		Type string `json:"type"`
+		IP   string `json:"ip"`
+	}
+	switch {
+	case json.Unmarshal(data, &e) != nil:
+		a.wrong++
+	case e.Type != "InternalIP":
+	case len(a.ips) < MaxNodeAddrs:
+		a.ips = append(a.ips, e.IP)
+	default:
+		a.more++
+	}
 }
 
 // invalidAddr is an InternalIP that is not a peer's address, and why.
@@ -125,6 +163,9 @@ func (o *wireObject) peer() (p Peer, invalid []invalidAddr, err error) {
 	}
 	slices.SortFunc(p.Addrs, netip.Addr.Compare)
 	p.Addrs = slices.Clip(slices.Compact(p.Addrs))
+	if a := o.Spec.Addresses; a.wrong > 0 {
+		invalid = append(invalid, invalidAddr{fmt.Sprintf("%d of spec.addresses", a.wrong), `not {"type": string, "ip": string}`})
+	}
 	if a := o.Spec.Addresses; a.more > 0 {
 		p.Problem = fmt.Sprintf("%d InternalIPs, more than %d: the rest left out", MaxNodeAddrs+a.more, MaxNodeAddrs)
 	}
