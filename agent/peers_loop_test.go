@@ -120,10 +120,12 @@ func TestLoopPeersOffWithoutList(t *testing.T) {
 	}
 }
 
-// The peer source against the stand-in API server, with the node's mode
-// from the same list: nothing before this node's CiliumNode is in it, then
-// exactly the encrypting peers, then off when this node opts out.
-func TestPeerSourceFeedsTheLoop(t *testing.T) {
+// peerSourceHarness serves nodes from the stand-in API server, in the
+// environment of a pod that reaches it, and makes the sources of `run
+// --peers=auto --encryption=auto --node-name=node-self` with a loop on the
+// fake kernel, logging to the harness.
+func peerSourceHarness(t *testing.T, nodes ...apitest.Node) (*apitest.Server, *harness, *sources) {
+	t.Helper()
 	srv := apitest.New(t, apitest.Options{})
 	dir := t.TempDir()
 	must(t, srv.WriteServiceAccount(dir))
@@ -131,16 +133,23 @@ func TestPeerSourceFeedsTheLoop(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", host)
 	t.Setenv("KUBERNETES_SERVICE_PORT", port)
 	t.Setenv(serviceAccountDirEnv, dir)
-	srv.MustPut(t,
-		apitest.Node{Name: "peer-1", InternalIPs: []string{"10.0.0.9"}, Key: 255},
-		apitest.Node{Name: "peer-2", InternalIPs: []string{"10.0.0.7"}}, // opted out
-	)
-
+	srv.MustPut(t, nodes...)
 	k, _, _ := seedKernel(t)
 	h := newHarnessCfg(t, k, peersConfig())
 	o := options{cmd: cmdRun, policy: peersConfig(), encryption: encAuto, nodeName: "node-self"}
 	srcs, err := newSources(o, slog.New(slog.NewTextHandler(lockedWriter{&h.mu, &h.logs}, nil)))
 	must(t, err)
+	return srv, h, srcs
+}
+
+// The peer source against the stand-in API server, with the node's mode
+// from the same list: nothing before this node's CiliumNode is in it, then
+// exactly the encrypting peers, then off when this node opts out.
+func TestPeerSourceFeedsTheLoop(t *testing.T) {
+	srv, h, srcs := peerSourceHarness(t,
+		apitest.Node{Name: "peer-1", InternalIPs: []string{"10.0.0.9"}, Key: 255},
+		apitest.Node{Name: "peer-2", InternalIPs: []string{"10.0.0.7"}}, // opted out
+	)
 	if srcs.mode != nil || srcs.peers == nil || !srcs.peers.deriveMode {
 		t.Fatalf("sources %+v: want the peer list alone, giving the mode too", srcs)
 	}
@@ -203,25 +212,12 @@ func TestPeerSourceFeedsTheLoop(t *testing.T) {
 // others in use; the peer set says it is incomplete: a warning, the
 // metrics, and /readyz's check. Fixed, it is complete again.
 func TestPeerSourceIncomplete(t *testing.T) {
-	srv := apitest.New(t, apitest.Options{})
-	dir := t.TempDir()
-	must(t, srv.WriteServiceAccount(dir))
-	host, port := srv.HostPort()
-	t.Setenv("KUBERNETES_SERVICE_HOST", host)
-	t.Setenv("KUBERNETES_SERVICE_PORT", port)
-	t.Setenv(serviceAccountDirEnv, dir)
 	badKey := func(o map[string]any) { o["spec"].(map[string]any)["encryption"] = map[string]any{"key": "abc"} }
-	srv.MustPut(t,
+	srv, h, srcs := peerSourceHarness(t,
 		apitest.Node{Name: "node-self", InternalIPs: []string{"10.0.0.5"}, Key: 255},
 		apitest.Node{Name: "peer-1", InternalIPs: []string{"10.0.0.9"}, Key: 255},
 		apitest.Node{Name: "peer-bad", InternalIPs: []string{"10.0.0.7"}, Key: 255, Patch: badKey},
 	)
-
-	k, _, _ := seedKernel(t)
-	h := newHarnessCfg(t, k, peersConfig())
-	o := options{cmd: cmdRun, policy: peersConfig(), encryption: encAuto, nodeName: "node-self"}
-	srcs, err := newSources(o, slog.New(slog.NewTextHandler(lockedWriter{&h.mu, &h.logs}, nil)))
-	must(t, err)
 	h.met.addPeers(h.l, srcs.peers)
 	h.start()
 	ctx, cancel := context.WithCancel(context.Background())
