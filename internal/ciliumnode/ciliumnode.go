@@ -182,11 +182,13 @@ func (s *Source) event(typ string, o *wireObject, decodeErr error) error {
 
 // check checks a CiliumNode read from a GET or an event.
 func (s *Source) check(o *wireObject, decodeErr error) error {
-	switch {
-	case decodeErr != nil:
+	if decodeErr != nil {
 		return fmt.Errorf("decode %s: %w", kind, decodeErr)
-	case o.checkKind(false) != nil:
-		return o.checkKind(false)
+	}
+	if err := o.checkKind(false); err != nil {
+		return err
+	}
+	switch {
 	case o.Metadata.Name != s.cfg.NodeName:
 		return fmt.Errorf("got %s %q, want %q", kind, o.Metadata.Name, s.cfg.NodeName)
 	case o.Metadata.ResourceVersion == "":

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -409,4 +410,38 @@ func FuzzWireAddrs(f *testing.F) {
 			t.Errorf("%q: got %+v, want %+v", s, got, want)
 		}
 	})
+}
+
+// TestPeersBounds: Encrypting returns at most MaxPeerAddrs addresses, the lowest, and
+// counts the others; a snapshot of MaxNodes nodes takes no new one (it counts it as
+// dropped) but still takes changes of the nodes it holds.
+func TestPeersBounds(t *testing.T) {
+	var nodes []Peer
+	for i := range MaxNodes {
+		p := Peer{Name: fmt.Sprintf("n%05d", i), Encrypting: true}
+		for j := range 3 {
+			p.Addrs = append(p.Addrs, netip.AddrFrom4([4]byte{10, byte(j), byte(i >> 8), byte(i)}))
+		}
+		nodes = append(nodes, p)
+	}
+	ps := peersOf(nodes)
+	addrs, left := ps.Encrypting("")
+	if len(addrs) != MaxPeerAddrs || left != 3*MaxNodes-MaxPeerAddrs || addrs[0].String() != "10.0.0.0" || !slices.IsSortedFunc(addrs, netip.Addr.Compare) {
+		t.Errorf("Encrypting: %d addresses from %v, %d left out; want %d, the lowest, %d left out",
+			len(addrs), addrs[0], left, MaxPeerAddrs, 3*MaxNodes-MaxPeerAddrs)
+	}
+	full := ps.with(Peer{Name: "zz-new"}).withSkipped("zz-bad", "skipped: x")
+	if full.Len() != MaxNodes || full.Dropped() != 2 || len(full.Problems()) != 0 {
+		t.Errorf("beyond MaxNodes: %d nodes, %d dropped, %d problems; want %d, 2, 0", full.Len(), full.Dropped(), len(full.Problems()), MaxNodes)
+	}
+	changed := full.with(Peer{Name: "n00000"}).withSkipped("n00001", "skipped: x")
+	if p, _ := changed.Get("n00000"); p.Encrypting || len(p.Addrs) != 0 {
+		t.Errorf("a held node's change not taken: %+v", p)
+	}
+	if p, _ := changed.Get("n00001"); p.Problem != "skipped: x" || len(p.Addrs) != 3 {
+		t.Errorf("a held node skipped: %+v, want its last entry marked", p)
+	}
+	if changed.Dropped() != 2 {
+		t.Errorf("dropped %d, want 2: nothing new", changed.Dropped())
+	}
 }

@@ -224,14 +224,7 @@ func (r *peerRun) event(typ string, o *wireObject, decodeErr error) error {
 		}
 		next = next.with(p)
 	}
-	if old, _ := r.peers.problem(name); typ != "DELETED" {
-		if now, ok := next.problem(name); ok && now != "" && now != old {
-			r.s.logProblem(next, Peer{Name: name, Problem: now})
-		}
-	}
-	if next.dropped > r.peers.dropped {
-		r.s.log.Warn(fmt.Sprintf("ciliumnode: CiliumNode %s: more than %d CiliumNodes; left out", name, MaxNodes))
-	}
+	r.logLeftOut(name, next)
 	changed := !next.Equal(r.peers)
 	r.peers = next
 	r.s.mu.Lock()
@@ -242,6 +235,18 @@ func (r *peerRun) event(typ string, o *wireObject, decodeErr error) error {
 		r.report(r.peers)
 	}
 	return nil
+}
+
+// logLeftOut says what next, after an event of the node called name, leaves out of it that
+// the last snapshot did not.
+func (r *peerRun) logLeftOut(name string, next Peers) {
+	old, _ := r.peers.problem(name)
+	if now, ok := next.problem(name); ok && now != "" && now != old {
+		r.s.logProblem(next, Peer{Name: name, Problem: now})
+	}
+	if next.dropped > r.peers.dropped {
+		r.s.log.Warn(fmt.Sprintf("ciliumnode: CiliumNode %s: more than %d CiliumNodes; left out: the peer set is incomplete", name, MaxNodes))
+	}
 }
 
 // skipProblem is the Problem of a node whose object was skipped for err.
