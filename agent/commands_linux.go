@@ -201,6 +201,8 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 			switch {
 			case srcs.peers != nil && !l.peersKnown():
 				return errors.New("no list of the CiliumNodes yet: nothing is edited before the first (see the log)")
+			case l.peersIncomplete() != "":
+				return errors.New(l.peersIncomplete())
 			case !l.r.Converged():
 				return errors.New("no converged pass yet (encryption mode unknown, or the last pass failed or waits for a rate-limited repair; see the log)")
 			}

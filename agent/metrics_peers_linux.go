@@ -16,6 +16,14 @@ var (
 		"InternalIPs of the encrypting peers: the host routes the policy wants, before the main table's paths to them are looked up.", nil, nil)
 	descPeersLastRead = prometheus.NewDesc("marksplit_peers_last_good_read_timestamp_seconds",
 		"When the list-watch of the CiliumNodes last read a complete list or an event (Unix time); 0 before the first.", nil, nil)
+	descPeersIncomplete = prometheus.NewDesc("marksplit_peers_incomplete",
+		"1 while the peer set leaves something out (a CiliumNode skipped or cut, or a bound hit: the log says what), as /readyz answers 503 for; else 0.", nil, nil)
+	descPeerProblems = prometheus.NewDesc("marksplit_peer_nodes_problem",
+		"CiliumNodes skipped (they did not decode, or are larger than 4 MiB: their last good entry stands, if any) or cut (more InternalIPs than ciliumnode.MaxNodeAddrs).", nil, nil)
+	descPeerNodesLeftOut = prometheus.NewDesc("marksplit_peer_nodes_left_out",
+		"CiliumNodes added beyond ciliumnode.MaxNodes (10,000), left out until a list succeeds.", nil, nil)
+	descPeerAddrsLeftOut = prometheus.NewDesc("marksplit_peer_addresses_left_out",
+		"Encrypting peers' InternalIPs beyond ciliumnode.MaxPeerAddrs (20,000), left out: they get no host route.", nil, nil)
 )
 
 // peerCollector reads the loop's peer set and the list-watch's stats at
@@ -34,7 +42,8 @@ func (m *metrics) addPeers(l *loop, p *peerSource) {
 }
 
 func (c *peerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPeerNodes, descPeersEncrypting, descPeerAddrs, descPeersLastRead} {
+	for _, d := range []*prometheus.Desc{descPeerNodes, descPeersEncrypting, descPeerAddrs, descPeersLastRead,
+		descPeersIncomplete, descPeerProblems, descPeerNodesLeftOut, descPeerAddrsLeftOut} {
 		ch <- d
 	}
 }
@@ -52,4 +61,8 @@ func (c *peerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPeerNodes, prometheus.GaugeValue, float64(ps.nodes))
 	ch <- prometheus.MustNewConstMetric(descPeersEncrypting, prometheus.GaugeValue, float64(ps.encrypting))
 	ch <- prometheus.MustNewConstMetric(descPeerAddrs, prometheus.GaugeValue, float64(len(ps.addrs)))
+	ch <- prometheus.MustNewConstMetric(descPeersIncomplete, prometheus.GaugeValue, bool01(ps.incomplete != ""))
+	ch <- prometheus.MustNewConstMetric(descPeerProblems, prometheus.GaugeValue, float64(ps.problems))
+	ch <- prometheus.MustNewConstMetric(descPeerNodesLeftOut, prometheus.GaugeValue, float64(ps.dropped))
+	ch <- prometheus.MustNewConstMetric(descPeerAddrsLeftOut, prometheus.GaugeValue, float64(ps.leftOut))
 }

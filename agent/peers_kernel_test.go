@@ -252,6 +252,100 @@ func TestKernelPeersNothingBeforeList(t *testing.T) {
 	}
 }
 
+// Hostile CiliumNodes (issue 22): one with 90,000 InternalIPs gets at most
+// ciliumnode.MaxNodeAddrs host routes, one whose key is a string is
+// skipped; the rest of the peers are split, and /readyz and the metrics
+// say the peer set is incomplete until both are fixed.
+func TestKernelPeersHostileNodes(t *testing.T) {
+	s, api := newPeerSeed(t)
+	// The first 16 and the 17th on the node network, the rest anywhere.
+	ips := make([]string, 90000)
+	for i := range ips {
+		ips[i] = fmt.Sprintf("10.99.%d.%d", i>>8&0xff, i&0xff)
+		if i <= 16 {
+			ips[i] = fmt.Sprintf("10.0.200.%d", 1+i)
+		}
+	}
+	badKey := func(o map[string]any) { o["spec"].(map[string]any)["encryption"] = map[string]any{"key": "abc"} }
+	api.srv.MustPut(t, apitest.Node{Name: "peer-many", InternalIPs: ips, Key: 255},
+		apitest.Node{Name: "peer-bad", InternalIPs: []string{"10.0.0.11"}, Key: 255, Patch: badKey})
+	agent := s.startBinEnv(t, agentBinary(t), api.env, append(peerArgs, "--metrics-addr=127.0.0.1:9184")...)
+	get := nsGetter(s)
+	eventually(t, 10*time.Second, "the good peer split", func() error { return s.split(t, "10.0.0.9") })
+	eventually(t, 5*time.Second, "/readyz 503 naming both", func() error {
+		code, body, err := get("/readyz")
+		if err == nil && (code != http.StatusServiceUnavailable || !strings.Contains(body, "the peer set is incomplete") ||
+			!strings.Contains(body, "CiliumNode peer-bad: skipped") || !strings.Contains(body, "CiliumNode peer-many: 90000 InternalIPs, more than 16")) {
+			err = fmt.Errorf("%d %q", code, body)
+		}
+		return err
+	})
+	code, body, err := get("/metrics")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("/metrics: %d %v", code, err)
+	}
+	for _, want := range []string{
+		"marksplit_peers_incomplete 1\n",
+		"marksplit_peer_nodes_problem 2\n",
+		"marksplit_peer_addresses 18\n", // peer-a's two and peer-many's first 16
+		`marksplit_table_routes{family="4"} 17`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if err := s.notSplit(t, "10.0.200.17"); err != nil { // beyond the first 16: no route
+		t.Error(err)
+	}
+	agentPeakBelow(t, agent, "a CiliumNode with 90,000 InternalIPs")
+
+	api.srv.MustPut(t, apitest.Node{Name: "peer-many", InternalIPs: ips[:2], Key: 255},
+		apitest.Node{Name: "peer-bad", InternalIPs: []string{"10.0.0.11"}, Key: 255})
+	readyWithin(t, get, 5*time.Second)
+	eventually(t, 5*time.Second, "the fixed peer split", func() error { return s.split(t, "10.0.0.11") })
+
+	// An endless list: it fails after its bound, and the set stands.
+	api.srv.SetEndlessList(true)
+	if api.srv.ExpireWatches() != 1 {
+		t.Fatal("no watch to expire")
+	}
+	eventually(t, 30*time.Second, "the endless list failed twice", func() error {
+		if n := strings.Count(agent.out.String(), "more than 1000 pages"); n < 2 {
+			return fmt.Errorf("%d failed lists", n)
+		}
+		return nil
+	})
+	if err := s.split(t, "10.0.0.9"); err != nil {
+		t.Errorf("after the endless lists: %v", err)
+	}
+	agentPeakBelow(t, agent, "endless lists")
+	api.srv.SetEndlessList(false)
+}
+
+// agentPeakBelow checks that the agent's peak RSS (VmHWM) is below the
+// DaemonSet's memory limit, 128 MiB.
+func agentPeakBelow(t *testing.T, a *agentProc, after string) {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
+				t.Fatalf("VmHWM %q: %v", v, err)
+			}
+			t.Logf("agent peak RSS (VmHWM) after %s: %.1f MiB", after, float64(kb)/1024)
+			if kb >= 128<<10 {
+				t.Errorf("agent peak RSS after %s: %d kB, want below 128 MiB", after, kb)
+			}
+			return
+		}
+	}
+	t.Fatal("no VmHWM in the agent's /proc status")
+}
+
 // once, plan and verify read the peers; cleanup needs no API; outside a
 // pod, a command that reads the peers exits 2 with one line.
 func TestKernelPeersCommands(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/marksplit/marksplit/internal/ciliumnode"
@@ -25,12 +26,36 @@ type peerSet struct {
 	nodes      int          // CiliumNodes, this node included
 	encrypting int          // other nodes that encrypt
 	addrs      []netip.Addr // their InternalIPs, sorted: DesiredPeers' input
+	// What the set leaves out (ciliumnode's bounds): CiliumNodes skipped or cut, nodes
+	// beyond ciliumnode.MaxNodes, addresses beyond ciliumnode.MaxPeerAddrs.
+	problems, dropped, leftOut int
+	incomplete                 string // why the set is incomplete, "" when it is not
 }
 
 func newPeerSet(ps ciliumnode.Peers, self string) *peerSet {
-	s := &peerSet{nodes: ps.Len(), encrypting: ps.EncryptingCount(), addrs: ps.Encrypting(self)}
+	s := &peerSet{nodes: ps.Len(), encrypting: ps.EncryptingCount(), dropped: ps.Dropped()}
+	s.addrs, s.leftOut = ps.Encrypting(self)
 	if p, ok := ps.Get(self); ok && p.Encrypting {
 		s.encrypting--
+	}
+	problems := ps.Problems()
+	s.problems = len(problems)
+	var why []string
+	for i, p := range problems {
+		if i == 3 {
+			why = append(why, fmt.Sprintf("%d more", len(problems)-i))
+			break
+		}
+		why = append(why, "CiliumNode "+p.Name+": "+p.Problem)
+	}
+	if s.dropped > 0 {
+		why = append(why, fmt.Sprintf("%d CiliumNodes beyond %d left out", s.dropped, ciliumnode.MaxNodes))
+	}
+	if s.leftOut > 0 {
+		why = append(why, fmt.Sprintf("%d peer addresses beyond %d left out", s.leftOut, ciliumnode.MaxPeerAddrs))
+	}
+	if len(why) > 0 {
+		s.incomplete = "the peer set is incomplete: " + strings.Join(why, "; ")
 	}
 	return s
 }
@@ -48,6 +73,12 @@ func (l *loop) setPeers(next *peerSet) {
 	if prev == nil {
 		l.log.Info("CiliumNodes listed", "nodes", next.nodes, "encrypting_peers", next.encrypting, "peer_addresses", len(next.addrs))
 	}
+	switch {
+	case next.incomplete != "" && (prev == nil || prev.incomplete != next.incomplete):
+		l.log.Warn(next.incomplete + " (/readyz answers 503 until it is complete)")
+	case next.incomplete == "" && prev != nil && prev.incomplete != "":
+		l.log.Info("the peer set is complete again")
+	}
 	if prev == nil || !slices.Equal(prev.addrs, next.addrs) {
 		l.r.Trigger()
 	}
@@ -55,6 +86,15 @@ func (l *loop) setPeers(next *peerSet) {
 
 // peersKnown reports whether a list of the CiliumNodes has been read.
 func (l *loop) peersKnown() bool { return l.peers.Load() != nil }
+
+// peersIncomplete says why the peer set leaves peers out, or "" when it
+// does not (or is not known yet).
+func (l *loop) peersIncomplete() string {
+	if ps := l.peers.Load(); ps != nil {
+		return ps.incomplete
+	}
+	return ""
+}
 
 // peerPolicy is the policy with --peers=auto: nothing before the first
 // list of the CiliumNodes, unless the mode is off, which needs no peers.

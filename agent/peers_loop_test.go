@@ -120,10 +120,12 @@ func TestLoopPeersOffWithoutList(t *testing.T) {
 	}
 }
 
-// The peer source against the stand-in API server, with the node's mode
-// from the same list: nothing before this node's CiliumNode is in it, then
-// exactly the encrypting peers, then off when this node opts out.
-func TestPeerSourceFeedsTheLoop(t *testing.T) {
+// peerSourceHarness serves nodes from the stand-in API server, in the
+// environment of a pod that reaches it, and makes the sources of `run
+// --peers=auto --encryption=auto --node-name=node-self` with a loop on the
+// fake kernel, logging to the harness.
+func peerSourceHarness(t *testing.T, nodes ...apitest.Node) (*apitest.Server, *harness, *sources) {
+	t.Helper()
 	srv := apitest.New(t, apitest.Options{})
 	dir := t.TempDir()
 	must(t, srv.WriteServiceAccount(dir))
@@ -131,16 +133,23 @@ func TestPeerSourceFeedsTheLoop(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", host)
 	t.Setenv("KUBERNETES_SERVICE_PORT", port)
 	t.Setenv(serviceAccountDirEnv, dir)
-	srv.MustPut(t,
-		apitest.Node{Name: "peer-1", InternalIPs: []string{"10.0.0.9"}, Key: 255},
-		apitest.Node{Name: "peer-2", InternalIPs: []string{"10.0.0.7"}}, // opted out
-	)
-
+	srv.MustPut(t, nodes...)
 	k, _, _ := seedKernel(t)
 	h := newHarnessCfg(t, k, peersConfig())
 	o := options{cmd: cmdRun, policy: peersConfig(), encryption: encAuto, nodeName: "node-self"}
 	srcs, err := newSources(o, slog.New(slog.NewTextHandler(lockedWriter{&h.mu, &h.logs}, nil)))
 	must(t, err)
+	return srv, h, srcs
+}
+
+// The peer source against the stand-in API server, with the node's mode
+// from the same list: nothing before this node's CiliumNode is in it, then
+// exactly the encrypting peers, then off when this node opts out.
+func TestPeerSourceFeedsTheLoop(t *testing.T) {
+	srv, h, srcs := peerSourceHarness(t,
+		apitest.Node{Name: "peer-1", InternalIPs: []string{"10.0.0.9"}, Key: 255},
+		apitest.Node{Name: "peer-2", InternalIPs: []string{"10.0.0.7"}}, // opted out
+	)
 	if srcs.mode != nil || srcs.peers == nil || !srcs.peers.deriveMode {
 		t.Fatalf("sources %+v: want the peer list alone, giving the mode too", srcs)
 	}
@@ -196,5 +205,51 @@ func TestPeerSourceFeedsTheLoop(t *testing.T) {
 	h.waitPass("that removes the split", applied(2))
 	if got := h.takeLines(); len(got) == 0 || got[0] != "node encryption: no" {
 		t.Errorf("lines %q, want node encryption: no first", got)
+	}
+}
+
+// A CiliumNode that does not decode (a key that is a string) leaves the
+// others in use; the peer set says it is incomplete: a warning, the
+// metrics, and /readyz's check. Fixed, it is complete again.
+func TestPeerSourceIncomplete(t *testing.T) {
+	badKey := func(o map[string]any) { o["spec"].(map[string]any)["encryption"] = map[string]any{"key": "abc"} }
+	srv, h, srcs := peerSourceHarness(t,
+		apitest.Node{Name: "node-self", InternalIPs: []string{"10.0.0.5"}, Key: 255},
+		apitest.Node{Name: "peer-1", InternalIPs: []string{"10.0.0.9"}, Key: 255},
+		apitest.Node{Name: "peer-bad", InternalIPs: []string{"10.0.0.7"}, Key: 255, Patch: badKey},
+	)
+	h.met.addPeers(h.l, srcs.peers)
+	h.start()
+	ctx, cancel := context.WithCancel(context.Background())
+	var g group
+	<-srcs.start(ctx, &g, h.l)
+	t.Cleanup(func() { cancel(); g.wait(5 * time.Second) })
+
+	h.waitPass("that splits the good peer", applied(3))
+	if got := h.l.peersIncomplete(); !strings.Contains(got, "the peer set is incomplete: CiliumNode peer-bad: skipped: ") {
+		t.Errorf("peersIncomplete %q, want peer-bad named", got)
+	}
+	if !strings.Contains(h.log(), "the peer set is incomplete: CiliumNode peer-bad") || !strings.Contains(h.log(), "/readyz answers 503") {
+		t.Errorf("no warning about the incomplete peer set in:\n%s", h.log())
+	}
+	for name, want := range map[string]float64{"marksplit_peers_incomplete": 1, "marksplit_peer_nodes_problem": 1, "marksplit_peer_addresses": 1} {
+		if got := metricValue(t, h.met, name, ""); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+
+	srv.MustPut(t, apitest.Node{Name: "peer-bad", InternalIPs: []string{"10.0.0.7"}, Key: 255})
+	h.waitPass("that splits the fixed peer", applied(1))
+	eventually(t, 5*time.Second, "complete again", func() error {
+		if got := h.l.peersIncomplete(); got != "" {
+			return errors.New(got)
+		}
+		return nil
+	})
+	if got := metricValue(t, h.met, "marksplit_peers_incomplete", ""); got != 0 {
+		t.Errorf("marksplit_peers_incomplete = %v, want 0", got)
+	}
+	if !strings.Contains(h.log(), "the peer set is complete again") {
+		t.Errorf("no line saying the peer set is complete again in:\n%s", h.log())
 	}
 }

@@ -254,13 +254,27 @@ func (x *exchange) drop() {
 	x.waitDone()
 }
 
+// replySlowly is reply for a body the client takes long to read (tens of MiB under the
+// race detector on a loaded machine): it waits a minute for the handler to return.
+func (x *exchange) replySlowly(code int, body string) {
+	x.t.Helper()
+	x.do(func(w http.ResponseWriter) { writeJSON(w, code, body) })
+	x.once.Do(func() { close(x.cmds) })
+	x.waitDoneWithin(time.Minute)
+}
+
 // waitDone waits until the handler has returned (the client may have hung up).
 func (x *exchange) waitDone() {
 	x.t.Helper()
+	x.waitDoneWithin(waitFor)
+}
+
+func (x *exchange) waitDoneWithin(d time.Duration) {
+	x.t.Helper()
 	select {
 	case <-x.done:
-	case <-time.After(waitFor):
-		x.t.Fatalf("%s: request still open after %v", x.req.URL, waitFor)
+	case <-time.After(d):
+		x.t.Fatalf("%s: request still open after %v", x.req.URL, d)
 	}
 }
 
@@ -925,7 +939,7 @@ func TestWatchEnd(t *testing.T) {
 				x.start()
 				x.event("ADDED", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"worker-1","resourceVersion":"101"}}`)
 			},
-			next:  next{rv: "100"},
+			next:  next{get: true}, // resuming would replay it
 			stats: Stats{DecodeError: 1},
 			level: "WARN",
 			log:   []string{`ADDED event: got "v1" "Pod", want cilium.io/v2 CiliumNode`},
@@ -933,7 +947,7 @@ func TestWatchEnd(t *testing.T) {
 		{
 			name:   "wrong name",
 			script: func(x *exchange) { x.start(); x.event("MODIFIED", node("101", named("worker-2"), optedOut)) },
-			next:   next{rv: "100"},
+			next:   next{get: true},
 			stats:  Stats{DecodeError: 1},
 			level:  "WARN",
 			log:    []string{`got CiliumNode "worker-2"`},
@@ -941,7 +955,7 @@ func TestWatchEnd(t *testing.T) {
 		{
 			name:   "key is a string: the last mode stands",
 			script: func(x *exchange) { x.start(); x.event("MODIFIED", node("101", key("0"))) },
-			next:   next{rv: "100"},
+			next:   next{get: true},
 			stats:  Stats{DecodeError: 1},
 			level:  "WARN",
 			log:    []string{"MODIFIED event: decode CiliumNode: json: cannot unmarshal string"},
@@ -1010,7 +1024,7 @@ func TestWatchEnd(t *testing.T) {
 			next:   next{rv: "100"},
 			stats:  Stats{WatchRestart: 1},
 			level:  "WARN",
-			log:    []string{"watch worker-1: no data for 50ms; restarting it"},
+			log:    []string{"watch worker-1: no complete event for 50ms; restarting it"},
 		},
 		{
 			name:   "silent after a bookmark",
@@ -1019,7 +1033,7 @@ func TestWatchEnd(t *testing.T) {
 			next:   next{rv: "140"},
 			stats:  Stats{WatchRestart: 1},
 			level:  "WARN",
-			log:    []string{"no data for 50ms"},
+			log:    []string{"no complete event for 50ms"},
 		},
 		{
 			name:   "no header at all",
@@ -1028,7 +1042,7 @@ func TestWatchEnd(t *testing.T) {
 			next:   next{rv: "100"},
 			stats:  Stats{WatchRestart: 1},
 			level:  "WARN",
-			log:    []string{"no data for 50ms"},
+			log:    []string{"no complete event for 50ms"},
 		},
 	}
 	for _, proto := range []string{"h2", "http1.1"} {
@@ -1083,14 +1097,16 @@ func TestLastModeStands(t *testing.T) {
 	h.wantReported(NotEncrypting)
 	x.start()
 	x.event("MODIFIED", node("201", key("x")))
-	x = h.api.expectWatch(t, "200")
+	h.api.expectGet(t).reply(http.StatusOK, node("201", key("x"))) // still corrupt
+	h.api.expectGet(t).reply(http.StatusOK, node("201", optedOut))
+	x = h.api.expectWatch(t, "201")
 	x.start()
 	x.event("DELETED", node("202", optedOut))
 	x.drop()
 	h.api.expectWatch(t, "202").status(http.StatusInternalServerError, "InternalError", "boom")
 	h.api.expectWatch(t, "202")
 	h.wantReported()
-	h.wantStats(Stats{OK: 2, Gone: 1, HTTPError: 3, DecodeError: 3, NetworkError: 2, NotFound: 1, Mode: NotEncrypting})
+	h.wantStats(Stats{OK: 3, Gone: 1, HTTPError: 3, DecodeError: 4, NetworkError: 2, NotFound: 1, Mode: NotEncrypting})
 }
 
 // TestResync: the object is read again every Resync although the watch is healthy, and the
@@ -1388,7 +1404,7 @@ func TestNewDefaults(t *testing.T) {
 		TokenFile, CAFile                    string
 		Resync, WatchTimeout, RequestTimeout time.Duration
 		GetURL, WatchURL                     string
-	}{s.cfg.TokenFile, s.cfg.CAFile, s.cfg.Resync, s.cfg.WatchTimeout, s.cfg.RequestTimeout, s.getURL, s.watchURL + "100"}
+	}{s.cfg.TokenFile, s.cfg.CAFile, s.cfg.Resync, s.cfg.WatchTimeout, s.cfg.RequestTimeout, s.getURL, s.lw.watchURL + "100"}
 	want := got
 	want.TokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 	want.CAFile = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"

@@ -74,7 +74,8 @@ type Config struct {
 	// Logger receives failures (warn), registration waits and deletions; default discard.
 	Logger *slog.Logger
 	// HTTPClient replaces the client that New and NewPeers build from CAFile (for tests). It
-	// must not set a Timeout, since a watch is a long request.
+	// must not set a Timeout, since a watch is a long request. Its CheckRedirect is
+	// replaced: no redirect is ever followed.
 	HTTPClient *http.Client
 }
 
@@ -134,7 +135,7 @@ func settle(cfg *Config) (server string, err error) {
 // whether the client is new (its idle connections are then closed when Run returns).
 func httpClient(cfg Config) (c *http.Client, own bool, err error) {
 	if cfg.HTTPClient != nil {
-		return cfg.HTTPClient, false, nil
+		return noRedirects(cfg.HTTPClient), false, nil
 	}
 	c, err = newClient(cfg.CAFile)
 	return c, err == nil, err
@@ -189,5 +190,5 @@ func newClient(caFile string) (*http.Client, error) {
 	tr.Proxy = nil // the API server is reached directly, by its service address
 	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: sendPingTimeout, PingTimeout: pingTimeout}
-	return &http.Client{Transport: tr}, nil
+	return noRedirects(&http.Client{Transport: tr}), nil
 }

@@ -60,24 +60,43 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// activityReader pushes the watch's silence timer back whenever bytes arrive, and keeps the
-// underlying reader's last error to tell a broken connection from garbage.
-type activityReader struct {
-	r       io.Reader
-	timer   *time.Timer
-	timeout time.Duration
-	err     error
+// do sends a GET of u with client and returns the response of a 200 answer, for the
+// caller to read and close. Any other answer is read (its first maxErrBody bytes), closed
+// and returned as an error, with its outcome: NotFound, Gone or HTTPError. A redirect is
+// such an answer: the client never follows one (see noRedirects).
+func do(ctx context.Context, client *http.Client, tokenFile, u string) (*http.Response, outcome, error) {
+	req, err := newRequest(ctx, tokenFile, u)
+	if err != nil {
+		return nil, outcomeNone, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, outcomeNetworkError, err
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, outcomeOK, nil
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxErrBody))
+	if err != nil {
+		return nil, outcomeNetworkError, fmt.Errorf("%s: read body: %w", resp.Status, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		return nil, outcomeNotFound, statusError(resp, body)
+	case http.StatusGone:
+		return nil, outcomeGone, statusError(resp, body)
+	}
+	return nil, outcomeHTTPError, statusError(resp, body)
 }
 
-func (a *activityReader) Read(p []byte) (int, error) {
-	n, err := a.r.Read(p)
-	if n > 0 {
-		a.timer.Reset(a.timeout)
-	}
-	if err != nil {
-		a.err = err
-	}
-	return n, err
+// noRedirects returns a copy of c that never follows a redirect: the redirect is the
+// answer, and fails the request. kube-apiserver never redirects these requests, and
+// following one would send the token wherever the answer points, plain HTTP included.
+func noRedirects(c *http.Client) *http.Client {
+	cc := *c
+	cc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &cc
 }
 
 // status is a Kubernetes Status object, as in error answers and ERROR events.
@@ -94,6 +113,9 @@ func statusError(resp *http.Response, body []byte) error {
 	msg := strings.TrimSpace(string(body))
 	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" && st.Message != "" {
 		msg = st.Message
+	}
+	if loc := resp.Header.Get("Location"); resp.StatusCode/100 == 3 {
+		return fmt.Errorf("%s: a redirect to %.200q, not followed (the API server never redirects)", resp.Status, loc)
 	}
 	if msg = oneLine(msg); msg == "" {
 		return errors.New(resp.Status)

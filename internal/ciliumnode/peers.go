@@ -19,11 +19,17 @@ type Peer struct {
 	// Encrypting reports whether spec.encryption.key is non-zero: the node takes part in
 	// node encryption. A node opted out (the control plane) has no key.
 	Encrypting bool
+	// Problem says why the entry is not all that the CiliumNode says now; "" when it is.
+	// Either the object was skipped (it did not decode, or was larger than 4 MiB) and the
+	// entry is its last good one, or it had more than MaxNodeAddrs InternalIPs and the
+	// rest were left out.
+	Problem string
 }
 
-// Equal reports whether p and q are the same peer with the same addresses and mode.
+// Equal reports whether p and q are the same peer with the same addresses, mode and
+// problem.
 func (p Peer) Equal(q Peer) bool {
-	return p.Name == q.Name && p.Encrypting == q.Encrypting && slices.Equal(p.Addrs, q.Addrs)
+	return p.Name == q.Name && p.Encrypting == q.Encrypting && p.Problem == q.Problem && slices.Equal(p.Addrs, q.Addrs)
 }
 
 // Peers is an immutable snapshot of every CiliumNode, by name. The zero value is empty.
@@ -33,6 +39,11 @@ type Peers struct {
 	// modified once the Peers is made. Pointers, not values, so that a change copies 8
 	// bytes a node rather than a whole Peer: 40 KB for 5,000 nodes.
 	peers []*Peer
+	// skipped are the CiliumNodes that did not decode and have no last good entry: Name
+	// and Problem only, sorted by name, none in peers.
+	skipped []*Peer
+	// dropped counts the CiliumNodes that the watch added beyond MaxNodes: left out.
+	dropped int
 }
 
 // Len returns the number of nodes.
@@ -61,16 +72,42 @@ func (ps Peers) All() iter.Seq[Peer] {
 // Encrypting returns the InternalIPs of every encrypting node other than self, sorted and
 // without duplicates: the addresses whose traffic Cilium encrypts, so the ones that need
 // the tunnel MTU. An address that an encrypting node and another node both claim is in it.
-func (ps Peers) Encrypting(self string) []netip.Addr {
-	var addrs []netip.Addr
+// It returns at most MaxPeerAddrs, the lowest; leftOut counts the others.
+func (ps Peers) Encrypting(self string) (addrs []netip.Addr, leftOut int) {
 	for _, p := range ps.peers {
 		if p.Encrypting && p.Name != self {
 			addrs = append(addrs, p.Addrs...)
 		}
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
-	return slices.Compact(addrs)
+	addrs = slices.Compact(addrs)
+	if len(addrs) > MaxPeerAddrs {
+		leftOut = len(addrs) - MaxPeerAddrs
+		addrs = slices.Clip(addrs[:MaxPeerAddrs])
+	}
+	return addrs, leftOut
 }
+
+// Problems returns the CiliumNodes whose entry is not all they say, sorted by name: the
+// entries with a Problem, and the nodes skipped without a last good entry (Name and
+// Problem only; Get does not return them).
+func (ps Peers) Problems() []Peer {
+	var out []Peer
+	for _, p := range ps.peers {
+		if p.Problem != "" {
+			out = append(out, *p)
+		}
+	}
+	for _, p := range ps.skipped {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b Peer) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Dropped returns the number of CiliumNodes that the watch added beyond MaxNodes, which
+// are left out until a list succeeds.
+func (ps Peers) Dropped() int { return ps.dropped }
 
 // EncryptingCount returns the number of encrypting nodes, self included.
 func (ps Peers) EncryptingCount() int {
@@ -83,9 +120,11 @@ func (ps Peers) EncryptingCount() int {
 	return n
 }
 
-// Equal reports whether ps and qs hold the same nodes, equal one by one.
+// Equal reports whether ps and qs hold the same nodes, equal one by one, and the same
+// problems.
 func (ps Peers) Equal(qs Peers) bool {
-	return slices.EqualFunc(ps.peers, qs.peers, func(p, q *Peer) bool { return p == q || p.Equal(*q) })
+	eq := func(p, q *Peer) bool { return p == q || p.Equal(*q) }
+	return slices.EqualFunc(ps.peers, qs.peers, eq) && slices.EqualFunc(ps.skipped, qs.skipped, eq) && ps.dropped == qs.dropped
 }
 
 // String summarizes the snapshot for logs: "3 nodes, 2 encrypting".
@@ -93,33 +132,75 @@ func (ps Peers) String() string {
 	return fmt.Sprintf("%d nodes, %d encrypting", ps.Len(), ps.EncryptingCount())
 }
 
-func (ps Peers) find(name string) (int, bool) {
-	return slices.BinarySearchFunc(ps.peers, name, func(p *Peer, n string) int { return cmp.Compare(p.Name, n) })
+func (ps Peers) find(name string) (int, bool) { return find(ps.peers, name) }
+
+func find(list []*Peer, name string) (int, bool) {
+	return slices.BinarySearchFunc(list, name, func(p *Peer, n string) int { return cmp.Compare(p.Name, n) })
 }
 
-// with returns a copy of ps in which p replaces the node of its name, or is added.
-func (ps Peers) with(p Peer) Peers {
-	i, ok := ps.find(p.Name)
+// set returns a copy of list in which p replaces the entry of its name, or is added.
+func set(list []*Peer, p *Peer) []*Peer {
+	i, ok := find(list, p.Name)
 	if ok {
-		out := slices.Clone(ps.peers)
-		out[i] = &p
-		return Peers{out}
+		out := slices.Clone(list)
+		out[i] = p
+		return out
 	}
-	out := make([]*Peer, 0, len(ps.peers)+1)
-	out = append(out, ps.peers[:i]...)
-	out = append(out, &p)
-	return Peers{append(out, ps.peers[i:]...)}
+	out := make([]*Peer, 0, len(list)+1)
+	out = append(out, list[:i]...)
+	out = append(out, p)
+	return append(out, list[i:]...)
+}
+
+// del returns a copy of list without the entry called name.
+func del(list []*Peer, name string) []*Peer {
+	i, ok := find(list, name)
+	if !ok {
+		return list
+	}
+	out := make([]*Peer, 0, len(list)-1)
+	out = append(out, list[:i]...)
+	return append(out, list[i+1:]...)
+}
+
+// with returns a copy of ps in which p replaces the node of its name, or is added. A node
+// the snapshot has no room for (MaxNodes) is counted as dropped instead.
+func (ps Peers) with(p Peer) Peers {
+	if _, ok := ps.find(p.Name); !ok && ps.full(p.Name) {
+		ps.dropped++
+		return ps
+	}
+	ps.peers, ps.skipped = set(ps.peers, &p), del(ps.skipped, p.Name)
+	return ps
+}
+
+// withSkipped returns a copy of ps in which the node called name is marked as skipped for
+// problem: its last good entry stands, marked, or it is listed among the skipped.
+func (ps Peers) withSkipped(name, problem string) Peers {
+	if i, ok := ps.find(name); ok {
+		p := *ps.peers[i]
+		p.Problem = problem
+		ps.peers = set(ps.peers, &p)
+		return ps
+	}
+	if _, ok := find(ps.skipped, name); !ok && ps.full(name) {
+		ps.dropped++
+		return ps
+	}
+	ps.skipped = set(ps.skipped, &Peer{Name: name, Problem: problem})
+	return ps
+}
+
+// full reports whether ps has no room for another node than those it holds.
+func (ps Peers) full(name string) bool {
+	_, ok := find(ps.skipped, name)
+	return !ok && len(ps.peers)+len(ps.skipped) >= MaxNodes
 }
 
 // without returns a copy of ps without the node called name.
 func (ps Peers) without(name string) Peers {
-	i, ok := ps.find(name)
-	if !ok {
-		return ps
-	}
-	out := make([]*Peer, 0, len(ps.peers)-1)
-	out = append(out, ps.peers[:i]...)
-	return Peers{append(out, ps.peers[i+1:]...)}
+	ps.peers, ps.skipped = del(ps.peers, name), del(ps.skipped, name)
+	return ps
 }
 
 // peersOf makes a snapshot of nodes, which it sorts; of two nodes of one name (a server
@@ -133,59 +214,5 @@ func peersOf(nodes []Peer) Peers {
 		}
 		out = append(out, &nodes[i])
 	}
-	return Peers{out}
-}
-
-// wireObject is the part of a CiliumNode that matters here, as the API sends it in lists
-// and watch events. The fields of a Status (the object of an ERROR event) share it, so
-// that an event is decoded in one pass from the stream.
-type wireObject struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name            string `json:"name"`
-		ResourceVersion string `json:"resourceVersion"`
-	} `json:"metadata"`
-	Spec struct {
-		Addresses []struct {
-			Type string `json:"type"`
-			IP   string `json:"ip"`
-		} `json:"addresses"`
-		Encryption struct {
-			Key int64 `json:"key"`
-		} `json:"encryption"`
-	} `json:"spec"`
-
-	// Of a Status.
-	Code    int    `json:"code"`
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-}
-
-// peer checks a CiliumNode and returns what is kept of it, with the InternalIPs that are
-// not valid unicast addresses (they are left out). A list's items may omit apiVersion and
-// kind; if present they must be CiliumNode's.
-func (o *wireObject) peer() (p Peer, invalid []string, err error) {
-	switch {
-	case (o.APIVersion != "" || o.Kind != "") && (o.APIVersion != apiVersion || o.Kind != kind):
-		return Peer{}, nil, fmt.Errorf("got %q %q, want %s %s", o.APIVersion, o.Kind, apiVersion, kind)
-	case o.Metadata.Name == "":
-		return Peer{}, nil, fmt.Errorf("%s without metadata.name", kind)
-	}
-	p = Peer{Name: o.Metadata.Name, Encrypting: o.Spec.Encryption.Key != 0}
-	for _, a := range o.Spec.Addresses {
-		if a.Type != "InternalIP" {
-			continue
-		}
-		addr, err := netip.ParseAddr(a.IP)
-		addr = addr.Unmap()
-		if err != nil || addr.Zone() != "" || addr.IsUnspecified() || addr.IsLoopback() || addr.IsMulticast() {
-			invalid = append(invalid, a.IP)
-			continue
-		}
-		p.Addrs = append(p.Addrs, addr)
-	}
-	slices.SortFunc(p.Addrs, netip.Addr.Compare)
-	p.Addrs = slices.Clip(slices.Compact(p.Addrs))
-	return p, invalid, nil
+	return Peers{peers: out}
 }

@@ -44,8 +44,8 @@ func mkPeer(name string, enc bool, addrs ...string) Peer {
 
 func TestPeersOps(t *testing.T) {
 	var ps Peers
-	if ps.Len() != 0 || ps.Encrypting("") != nil || ps.String() != "0 nodes, 0 encrypting" {
-		t.Errorf("zero Peers: %d nodes, %v, %q", ps.Len(), ps.Encrypting(""), ps)
+	if addrs, left := ps.Encrypting(""); ps.Len() != 0 || addrs != nil || left != 0 || ps.String() != "0 nodes, 0 encrypting" {
+		t.Errorf("zero Peers: %d nodes, %v %d, %q", ps.Len(), addrs, left, ps)
 	}
 	ps = peersOf([]Peer{
 		mkPeer("c", true, "10.0.0.3"),
@@ -102,14 +102,18 @@ func TestPeersEncrypting(t *testing.T) {
 		mkPeer("dup", true, "10.0.0.6"), // claims peer-2's address too
 		mkPeer("old", false, "10.0.0.7"),
 	})
-	got := ps.Encrypting("self")
+	got, left := ps.Encrypting("self")
+	if left != 0 {
+		t.Errorf("Encrypting(self) left %d out", left)
+	}
 	want := []netip.Addr{
 		netip.MustParseAddr("10.0.0.6"), netip.MustParseAddr("10.0.0.7"), netip.MustParseAddr("fd00::7"),
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
 		t.Errorf("Encrypting(self) (-want +got):\n%s", diff)
 	}
-	if n := len(ps.Encrypting("nobody")); n != 5 {
+	if all, _ := ps.Encrypting("nobody"); len(all) != 5 {
+		n := len(all)
 		t.Errorf("Encrypting(nobody): %d addresses, want 5 (self's too)", n)
 	}
 	if ps.EncryptingCount() != 4 || ps.String() != "6 nodes, 4 encrypting" {
@@ -154,7 +158,7 @@ func TestWireObjectPeer(t *testing.T) {
 		name    string
 		obj     string // edits of the default node
 		want    string // peerLine
-		invalid []string
+		invalid []invalidAddr
 		wantErr string
 	}{
 		{name: "encrypting", obj: node("1"), want: "worker-1 on 10.0.0.5"},
@@ -168,15 +172,21 @@ func TestWireObjectPeer(t *testing.T) {
 			obj: node("1", addrs(
 				"InternalIP", "fd00::5", "ExternalIP", "203.0.113.5", "InternalIP", "10.0.0.5",
 				"CiliumInternalIP", "10.244.1.94", "InternalIP", "::ffff:10.0.0.6", "InternalIP", "10.0.0.5",
-				"InternalIP", "fe80::1",
 			)),
-			want: "worker-1 on 10.0.0.5,10.0.0.6,fd00::5,fe80::1",
+			want: "worker-1 on 10.0.0.5,10.0.0.6,fd00::5",
 		},
 		{
-			name:    "invalid addresses are left out",
-			obj:     node("1", addrs("InternalIP", "10.0.0.5", "InternalIP", "not-an-ip", "InternalIP", "", "InternalIP", "fe80::1%eth0", "InternalIP", "0.0.0.0", "InternalIP", "127.0.0.1", "InternalIP", "ff02::1", "InternalIP", "10.0.0.0/8")),
-			want:    "worker-1 on 10.0.0.5",
-			invalid: []string{"not-an-ip", "", "fe80::1%eth0", "0.0.0.0", "127.0.0.1", "ff02::1", "10.0.0.0/8"},
+			name: "invalid addresses are left out, each with its reason",
+			obj: node("1", addrs("InternalIP", "10.0.0.5", "InternalIP", "not-an-ip", "InternalIP", "", "InternalIP", "fe80::1%eth0",
+				"InternalIP", "0.0.0.0", "InternalIP", "127.0.0.1", "InternalIP", "ff02::1", "InternalIP", "10.0.0.0/8",
+				"InternalIP", "255.255.255.255", "InternalIP", "169.254.3.4", "InternalIP", "fe80::1", "InternalIP", " 10.0.0.22", "InternalIP", "::")),
+			want: "worker-1 on 10.0.0.5",
+			invalid: []invalidAddr{
+				{"not-an-ip", "not an IP address"}, {"", "not an IP address"}, {"fe80::1%eth0", "an address with a zone"},
+				{"0.0.0.0", "unspecified"}, {"127.0.0.1", "loopback"}, {"ff02::1", "multicast"}, {"10.0.0.0/8", "not an IP address"},
+				{"255.255.255.255", "broadcast"}, {"169.254.3.4", "link-local"}, {"fe80::1", "link-local"},
+				{" 10.0.0.22", "not an IP address"}, {"::", "unspecified"},
+			},
 		},
 		{name: "wrong kind", obj: node("1", typed("v1", "Node")), wantErr: `got "v1" "Node", want cilium.io/v2 CiliumNode`},
 		{name: "no name", obj: node("1", named("")), wantErr: "CiliumNode without metadata.name"},
@@ -200,7 +210,7 @@ func TestWireObjectPeer(t *testing.T) {
 			if got := peerLine(p); got != tc.want {
 				t.Errorf("peer = %q, want %q", got, tc.want)
 			}
-			if diff := cmp.Diff(tc.invalid, invalid); diff != "" {
+			if diff := cmp.Diff(tc.invalid, invalid, cmp.AllowUnexported(invalidAddr{})); diff != "" {
 				t.Errorf("invalid addresses (-want +got):\n%s", diff)
 			}
 			if cap(p.Addrs) != len(p.Addrs) {

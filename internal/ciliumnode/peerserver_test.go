@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -233,16 +234,19 @@ func TestPeersLiveFaults(t *testing.T) {
 				h.api.Put(apitest.Node{Name: "worker-2", Key: 255, InternalIPs: []string{"10.0.0.6"}, Patch: func(o map[string]any) {
 					o["spec"].(map[string]any)["encryption"] = map[string]any{"key": "0"}
 				}})
-				h.eventually("the list failed on it", func() bool { return h.src.Stats().DecodeError >= 2 })
+				h.eventually("the object skipped", func() bool { return h.src.Stats().Problems == 1 })
 				if got := summary(h.lastPeers()); !cmp.Equal(got, threeSummary) {
 					t.Errorf("while the object is corrupt: %v, want the last set", got)
 				}
+				if p := h.lastPeers().Problems(); len(p) != 1 || p[0].Name != "worker-2" || !strings.Contains(p[0].Problem, "spec.encryption.key") {
+					t.Errorf("while the object is corrupt: problems %+v, want worker-2's key", p)
+				}
 				h.api.Put(apiNode("worker-2", 0, "10.0.0.6", "fd00::6")) // fixed, and opted out
 			},
-			want: after, lists: 2, atLeast: true,
+			want: after,
 			check: func(t *testing.T, st PeerStats) {
-				if st.Lists != 2 {
-					t.Errorf("Lists %d, want 2", st.Lists)
+				if st.Lists != 1 || st.Problems != 0 {
+					t.Errorf("Lists %d, Problems %d; want 1, 0: the watch went on", st.Lists, st.Problems)
 				}
 			},
 		},

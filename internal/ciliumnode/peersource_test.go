@@ -256,7 +256,7 @@ func TestPeersList(t *testing.T) {
 			rv:    "100",
 			want:  []string{"worker-9 on 10.0.0.9"},
 			stats: synced(func(st *PeerStats) { st.Peers, st.Encrypting = 1, 1 }),
-			log:   []string{`ciliumnode: CiliumNode worker-9: InternalIP "10.0.0.300" is not a unicast IP address; left out`},
+			log:   []string{`ciliumnode: CiliumNode worker-9: InternalIP "10.0.0.300" (not an IP address) is not a peer's address; left out`},
 		},
 	}
 	for _, tc := range tests {
@@ -381,27 +381,11 @@ func TestPeersListFails(t *testing.T) {
 			log:   []string{`CiliumNode item 1 ("x"): got "v1" "Node", want cilium.io/v2 CiliumNode`},
 		},
 		{
-			name: "an item whose key is a string",
-			answer: func(h *peerScript) {
-				h.api.expectList(h.t, "").reply(http.StatusOK, listJSON("1", "", node("1", named("x"), key("255")), good))
-			},
-			stats: PeerStats{DecodeError: 1},
-			level: "WARN",
-			log:   []string{"decode CiliumNode item 0: json: cannot unmarshal string", "spec.encryption.key"},
-		},
-		{
-			name: "an item larger than 4 MiB",
-			answer: func(h *peerScript) {
-				h.api.expectList(h.t, "").reply(http.StatusOK, listJSON("1", "", good, node("1", named("x"), huge)))
-			},
-			stats: PeerStats{DecodeError: 1},
-			level: "WARN",
-			log:   []string{"list CiliumNodes (page 1): ", "an object larger than 4194304 bytes"},
-		},
-		{
 			name: "an endless item: reading stops",
+			// 20 MiB to read under the race detector on a loaded machine: more time.
+			cfg: func(c *Config) { c.RequestTimeout = time.Minute },
 			answer: func(h *peerScript) {
-				h.api.expectList(h.t, "").reply(http.StatusOK, `{"items":[{"metadata":{"name":"`+strings.Repeat("x", maxReadAhead+maxBody))
+				h.api.expectList(h.t, "").replySlowly(http.StatusOK, `{"items":[{"metadata":{"name":"`+strings.Repeat("x", maxReadAhead+maxBody))
 			},
 			stats: PeerStats{DecodeError: 1},
 			level: "WARN",
@@ -520,7 +504,7 @@ func TestPeersWatchEvents(t *testing.T) {
 			events: [][2]string{{"MODIFIED", peerNode("worker-2", "124", true, "10.0.0.6", "bogus")}},
 			want:   [][]string{{"cp-1 off 10.0.0.2", "worker-1 on 10.0.0.5", "worker-2 on 10.0.0.6"}},
 			rv:     "124",
-			log:    []string{`CiliumNode worker-2: InternalIP "bogus" is not a unicast IP address; left out`},
+			log:    []string{`CiliumNode worker-2: InternalIP "bogus" (not an IP address) is not a peer's address; left out`},
 		},
 		{
 			name:   "bookmark without kind",
@@ -626,17 +610,6 @@ func TestPeersWatchEnd(t *testing.T) {
 			log:    []string{"decode event: invalid character '<'"},
 		},
 		{
-			name: "an object whose key is a string: listed again",
-			script: func(x *exchange) {
-				x.start()
-				x.event("MODIFIED", node("101", named("worker-2"), key("0")))
-			},
-			next:  next{list: true},
-			stats: func(st *PeerStats) { st.DecodeError = 1 },
-			level: "WARN",
-			log:   []string{"MODIFIED event: decode CiliumNode: json: cannot unmarshal string", "; keeping the last nodes and listing again"},
-		},
-		{
 			name: "an object of the wrong kind: listed again",
 			script: func(x *exchange) {
 				x.start()
@@ -656,17 +629,6 @@ func TestPeersWatchEnd(t *testing.T) {
 			log:    []string{"MODIFIED event: CiliumNode without metadata.resourceVersion"},
 		},
 		{
-			name: "an event larger than 4 MiB",
-			script: func(x *exchange) {
-				x.start()
-				x.event("MODIFIED", node("101", named("worker-2"), huge))
-			},
-			next:  next{rv: "100"},
-			stats: func(st *PeerStats) { st.DecodeError = 1 },
-			level: "WARN",
-			log:   []string{"decode event: an object larger than 4194304 bytes"},
-		},
-		{
 			name:   "unknown event type",
 			script: func(x *exchange) { x.start(); x.event("SYNC", node("101")) },
 			next:   next{rv: "100"},
@@ -680,7 +642,7 @@ func TestPeersWatchEnd(t *testing.T) {
 			next:   next{rv: "100"},
 			stats:  func(st *PeerStats) { st.DecodeError = 1 },
 			level:  "WARN",
-			log:    []string{"watch CiliumNodes from resourceVersion 100: decode event: json: cannot unmarshal string"},
+			log:    []string{"watch CiliumNodes from resourceVersion 100: ERROR event without a Status"},
 		},
 		{
 			name: "ERROR 500",
@@ -720,7 +682,7 @@ func TestPeersWatchEnd(t *testing.T) {
 			next:   next{rv: "100"},
 			stats:  func(st *PeerStats) { st.WatchRestart = 1 },
 			level:  "WARN",
-			log:    []string{"ciliumnode: watch CiliumNodes: no data for 50ms; restarting it"},
+			log:    []string{"ciliumnode: watch CiliumNodes: no complete event for 50ms; restarting it"},
 		},
 		{
 			name:   "silent after a bookmark",
@@ -729,7 +691,7 @@ func TestPeersWatchEnd(t *testing.T) {
 			next:   next{rv: "140"},
 			stats:  func(st *PeerStats) { st.WatchRestart = 1 },
 			level:  "WARN",
-			log:    []string{"no data for 50ms"},
+			log:    []string{"no complete event for 50ms"},
 		},
 		{
 			name:   "no header at all",
@@ -738,7 +700,7 @@ func TestPeersWatchEnd(t *testing.T) {
 			next:   next{rv: "100"},
 			stats:  func(st *PeerStats) { st.WatchRestart = 1 },
 			level:  "WARN",
-			log:    []string{"no data for 50ms"},
+			log:    []string{"no complete event for 50ms"},
 		},
 	}
 	for _, proto := range []string{"h2", "http1.1"} {
@@ -782,7 +744,7 @@ func TestPeersLastSetStands(t *testing.T) {
 	x = h.api.expectWatchAll(t, "200")
 	h.wantReported(threeSummary)
 	x.start()
-	x.event("MODIFIED", node("201", named("worker-2"), key("x")))
+	x.event("MODIFIED", node("201", named("worker-2"), typed("v1", "Pod")))
 	h.api.expectList(t, "").reply(http.StatusOK, listJSON("300", "", threeNodes[1:]...)) // worker-1 went
 	x = h.api.expectWatchAll(t, "300")
 	h.wantReported([]string{"cp-1 off 10.0.0.2", "worker-2 on 10.0.0.6,fd00::6"})
@@ -845,11 +807,11 @@ func TestPeersBackoff(t *testing.T) {
 			script: func(h *peerScript) {
 				x := h.goodStart()
 				x.start()
-				x.event("MODIFIED", node("101", named("worker-2"), key("x")))
+				x.event("MODIFIED", node("101", named("worker-2"), typed("v1", "Pod")))
 				h.api.expectList(h.t, "").reply(http.StatusOK, listJSON("200", "", threeNodes...))
 				x = h.api.expectWatchAll(h.t, "200")
 				x.start()
-				x.event("MODIFIED", node("201", named("worker-2"), key("x")))
+				x.event("MODIFIED", node("201", named("worker-2"), typed("v1", "Pod")))
 				h.api.expectList(h.t, "")
 			},
 			want: []string{"reset", "reset", "next", "next"},
@@ -909,7 +871,7 @@ func TestNewPeers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []string{s.listURL, s.watchURL + "100", s.cfg.TokenFile, s.cfg.WatchTimeout.String(), s.cfg.RequestTimeout.String()}
+	got := []string{s.listURL, s.lw.watchURL + "100", s.cfg.TokenFile, s.cfg.WatchTimeout.String(), s.cfg.RequestTimeout.String()}
 	want := []string{
 		"https://10.96.0.1:443/apis/cilium.io/v2/ciliumnodes?limit=500",
 		"https://10.96.0.1:443/apis/cilium.io/v2/ciliumnodes?watch=1&allowWatchBookmarks=true&resourceVersion=100",

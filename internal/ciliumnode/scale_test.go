@@ -356,8 +356,8 @@ func BenchmarkPeersList(b *testing.B) {
 	ctx := context.Background()
 	heap := heapDelta(func() any {
 		l, err := src.list(ctx)
-		if err != nil || l.peers.Len() != scaleNodes {
-			b.Fatalf("list: %d nodes, %v", l.peers.Len(), err)
+		if err != nil || len(l.nodes) != scaleNodes {
+			b.Fatalf("list: %d nodes, %v", len(l.nodes), err)
 		}
 		return l
 	}) / scaleNodes

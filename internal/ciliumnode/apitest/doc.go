@@ -27,8 +27,9 @@
 // # Faults
 //
 // Inject queues faults for the next requests of a kind (a status answer, garbage, a dropped
-// connection, no answer at all). ExpireWatches, DropWatches, EndWatches, HangWatches and
-// SendRaw act on the open watches; Compact forgets the history; Restart does to the
+// connection, no answer at all, a redirect); SetEndlessList makes every list endless.
+// ExpireWatches, DropWatches, EndWatches, HangWatches and SendRaw act on the open watches;
+// Compact forgets the history; Restart does to the
 // clients what an API server that restarted and lost its state does (every connection cut,
 // every older resourceVersion and continue token gone: clients must list again); SetDown
 // cuts every request while set.

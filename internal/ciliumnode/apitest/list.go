@@ -64,8 +64,12 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, fieldName string) 
 		end = offset + limit
 	}
 	page := snap.items[min(offset, end):end]
+	endless := s.endless
+	if endless && end == len(snap.items) {
+		end = 0 // and round again
+	}
 	cont := ""
-	if end < len(snap.items) {
+	if end < len(snap.items) || endless {
 		if snapID == 0 {
 			s.nextSnap++
 			snapID = s.nextSnap
@@ -75,6 +79,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, fieldName string) 
 			}
 		}
 		cont = makeContinue(snapID, end)
+		if endless {
+			s.pages++
+			cont += "." + strconv.FormatUint(s.pages, 10) // a new token every page
+		}
 	} else if snapID != 0 {
 		delete(s.snapshots, snapID) // the last page: the token is spent
 	}
@@ -83,7 +91,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, fieldName string) 
 	meta := map[string]any{"resourceVersion": strconv.FormatUint(snap.rv, 10)}
 	if cont != "" {
 		meta["continue"] = cont
-		meta["remainingItemCount"] = len(snap.items) - end
+		meta["remainingItemCount"] = max(len(snap.items)-end, 1)
 	}
 	mj, _ := json.Marshal(meta)
 	w.Header().Set("Content-Type", "application/json")
@@ -106,6 +114,7 @@ func makeContinue(id uint64, offset int) string {
 }
 
 func parseContinue(c string) (id uint64, offset int, ok bool) {
+	c, _, _ = strings.Cut(c, ".")
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return 0, 0, false

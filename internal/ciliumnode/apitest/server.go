@@ -81,6 +81,9 @@ type Fault struct {
 	// Hang answers nothing at all (a watch: the 200 header, then nothing) until the client
 	// gives up or the server closes.
 	Hang bool
+	// Location answers with a redirect there (status Code, default 302 Found), as
+	// kube-apiserver never does: a client must not follow it.
+	Location string
 }
 
 // Server is a stand-in Kubernetes API server for CiliumNodes. Create it with Start or New.
@@ -105,6 +108,8 @@ type Server struct {
 	counts    map[Kind]int
 	snapshots map[uint64]*snapshot
 	nextSnap  uint64
+	endless   bool   // SetEndlessList
+	pages     uint64 // pages served endless
 }
 
 // Start serves a new Server.
@@ -283,6 +288,15 @@ func (s *Server) Inject(kind Kind, faults ...Fault) {
 	s.faults[kind] = append(s.faults[kind], faults...)
 }
 
+// SetEndlessList, while on, makes every page of a list end with a new continue token, the
+// pages cycling through the objects again and again: a broken or hostile server whose list
+// never ends.
+func (s *Server) SetEndlessList(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endless = on
+}
+
 // SetDown makes every request fail, its connection cut without an answer, while down is
 // true: an API server that is gone.
 func (s *Server) SetDown(down bool) {
@@ -375,6 +389,12 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, kind Kind, f Faul
 	switch {
 	case f.Drop:
 		panic(http.ErrAbortHandler)
+	case f.Location != "":
+		code := f.Code
+		if code == 0 {
+			code = http.StatusFound
+		}
+		http.Redirect(w, r, f.Location, code)
 	case f.Hang:
 		if watch {
 			w.Header().Set("Content-Type", "application/json")

@@ -1,0 +1,313 @@
+package ciliumnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// reader is what a source plugs into the list-watch loop: how to read the whole state and
+// how to apply one event.
+type reader interface {
+	// read reads the whole state (a GET of one object, or a list of every object, page by
+	// page), takes it as the new state and returns the resourceVersion to watch from. An
+	// error wrapping errNotFound is logged at info level, others at warn level.
+	read(ctx context.Context) (rv string, err error)
+	// event applies one ADDED, MODIFIED or DELETED event whose object has a
+	// resourceVersion. decodeErr is set when the object decoded only in part (a field of
+	// the wrong type, or larger than maxBody): o holds what did. An error means the object
+	// cannot be skipped: the state is read again.
+	event(typ string, o *wireObject, decodeErr error) error
+}
+
+// listWatch is the one list-watch loop of both sources: read, then watch from the
+// resourceVersion with bookmarks; resume a watch that ends from the last resourceVersion
+// seen; read again on 410, on an object that cannot be skipped and every resync; restart a
+// watch that completes no event for WatchTimeout; back off after failures.
+type listWatch struct {
+	cfg      Config // settled
+	client   *http.Client
+	watchURL string        // without the resourceVersion value, which is appended
+	what     string        // what is watched, for messages: a node's name, or "CiliumNodes"
+	kept     string        // what stands on failures, for messages: "the last mode"
+	again    string        // what a read is, for messages: "reading the object again"
+	resync   time.Duration // read again this often while the watch is healthy; 0 never
+	count    func(outcome)
+	r        reader
+	// ownClient is set when the client was made for this source: its idle connections
+	// are closed when Run returns.
+	ownClient bool
+	running   atomic.Bool
+}
+
+// newListWatch settles cfg (checks it and fills in its defaults) and makes the client, for
+// a source to complete the loop with its URLs, messages and reader. It returns the server's
+// URL without a trailing slash.
+func newListWatch(cfg Config) (lw *listWatch, server string, err error) {
+	if server, err = settle(&cfg); err != nil {
+		return nil, "", err
+	}
+	client, own, err := httpClient(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	return &listWatch{cfg: cfg, client: client, ownClient: own}, server, nil
+}
+
+// start is a source's Run: it refuses a nil report func and a second Run at a time, calls
+// begin, then runs the loop until ctx ends.
+func (lw *listWatch) start(ctx context.Context, nilReport bool, begin func()) error {
+	if nilReport {
+		return errors.New("ciliumnode: Run: nil report func")
+	}
+	if !lw.running.CompareAndSwap(false, true) {
+		return errors.New("ciliumnode: Run: already running")
+	}
+	defer lw.running.Store(false)
+	if lw.ownClient {
+		defer lw.client.CloseIdleConnections()
+	}
+	begin()
+	lw.run(ctx)
+	return nil
+}
+
+// run reads and watches until ctx ends.
+func (lw *listWatch) run(ctx context.Context) {
+	log, b := lw.cfg.Logger, lw.cfg.Backoff
+	b.Reset()
+	var (
+		rv       string    // where the next watch starts; "" means read first
+		resyncAt time.Time // when the next full read is due; zero with no resync
+		// failing is set while watches fail without delivering an event, so that the
+		// reads in between do not reset the back-off and a broken watch is not retried hot.
+		failing bool
+	)
+	for ctx.Err() == nil {
+		if rv == "" || !resyncAt.IsZero() && !time.Now().Before(resyncAt) {
+			got, err := lw.r.read(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				rv = ""
+				d := nextBackOff(b)
+				if errors.Is(err, errNotFound) {
+					log.Info(err.Error(), "retry_in_s", d.Seconds())
+				} else {
+					log.Warn(err.Error(), "retry_in_s", d.Seconds())
+				}
+				if !sleep(ctx, d) {
+					return
+				}
+				continue
+			}
+			rv = got
+			if lw.resync > 0 {
+				resyncAt = time.Now().Add(lw.resync)
+			}
+			if !failing {
+				b.Reset()
+			}
+		}
+
+		end := lw.watch(ctx, rv, resyncAt, b)
+		rv = end.rv
+		if end.progress {
+			failing = false
+		}
+		if !lw.ended(ctx, end, &rv, &failing) {
+			return
+		}
+	}
+}
+
+// ended handles the end of a watch: what to log, whether to read again (rv set to ""),
+// and how long to wait. It reports whether ctx is still live.
+func (lw *listWatch) ended(ctx context.Context, end watchEnd, rv *string, failing *bool) bool {
+	log, b, again := lw.cfg.Logger, lw.cfg.Backoff, lw.again
+	switch end.kind {
+	case endCanceled:
+		return false
+	case endResync:
+		log.Debug("ciliumnode: resync", "watch", lw.what)
+		*rv = ""
+		return true
+	case endGone:
+		log.Info(end.err.Error() + "; " + again)
+		*rv = ""
+	case endClosed:
+		if end.err != nil {
+			log.Warn(end.err.Error()+"; restarting it", "resource_version", *rv)
+		} else {
+			log.Debug("ciliumnode: watch ended; resuming", "resource_version", *rv)
+		}
+	case endFailed, endCorrupt:
+		d := nextBackOff(b)
+		if end.kind == endCorrupt {
+			log.Warn(end.err.Error()+"; keeping "+lw.kept+" and "+again, "retry_in_s", d.Seconds())
+			*rv = ""
+		} else {
+			log.Warn(end.err.Error(), "retry_in_s", d.Seconds())
+		}
+		*failing = !end.progress
+		return sleep(ctx, d)
+	}
+	if end.progress {
+		return true
+	}
+	*failing = true
+	return sleep(ctx, nextBackOff(b))
+}
+
+// How a watch ended.
+type endKind int
+
+const (
+	endCanceled endKind = iota // Run's context ended
+	endResync                  // the resync is due: read again
+	endGone                    // 410: read again
+	endClosed                  // the server ended it cleanly, or it went silent: resume from rv
+	endFailed                  // an error: back off, then resume from rv
+	endCorrupt                 // an object that cannot be skipped: back off, then read again
+)
+
+type watchEnd struct {
+	kind     endKind
+	rv       string // the last resourceVersion seen
+	progress bool   // at least one event arrived
+	err      error
+}
+
+var (
+	errResync = errors.New("resync due")
+	errSilent = errors.New("watch silent")
+)
+
+// watchEvent is one event of a watch.
+type watchEvent struct {
+	Type   string     `json:"type"`
+	Object wireObject `json:"object"`
+}
+
+// watch watches from resourceVersion rv until the resync is due, ctx ends or the watch
+// ends, applying events as they arrive.
+func (lw *listWatch) watch(ctx context.Context, rv string, resyncAt time.Time, b backoff.BackOff) watchEnd {
+	end := watchEnd{rv: rv}
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if !resyncAt.IsZero() {
+		resync := time.AfterFunc(time.Until(resyncAt), func() { cancel(errResync) })
+		defer resync.Stop()
+	}
+	// The silence timer is pushed back by complete events only, not by bytes: a server
+	// that trickles bytes without ever completing an event is restarted all the same.
+	silence := time.AfterFunc(lw.cfg.WatchTimeout, func() { cancel(errSilent) })
+	defer silence.Stop()
+
+	fail := func(kind endKind, o outcome, err error) watchEnd {
+		switch {
+		case ctx.Err() != nil:
+			end.kind = endCanceled
+		case context.Cause(wctx) == errResync:
+			lw.count(outcomeOK)
+			end.kind = endResync
+		case context.Cause(wctx) == errSilent:
+			lw.count(outcomeWatchRestart)
+			end.kind = endClosed
+			end.err = fmt.Errorf("ciliumnode: watch %s: no complete event for %v", lw.what, lw.cfg.WatchTimeout)
+		default:
+			lw.count(o)
+			end.kind = kind
+			if o == outcomeGone {
+				end.kind = endGone
+			}
+			end.err = fmt.Errorf("ciliumnode: watch %s from resourceVersion %s: %w", lw.what, rv, err)
+		}
+		return end
+	}
+
+	resp, o, err := do(wctx, lw.client, lw.cfg.TokenFile, lw.watchURL+url.QueryEscape(rv))
+	if err != nil {
+		return fail(endFailed, o, err)
+	}
+	defer resp.Body.Close()
+	lim := &objectLimit{r: resp.Body}
+	dec := json.NewDecoder(lim)
+	for {
+		var ev watchEvent
+		err := decodeBounded(dec, lim, &ev)
+		switch {
+		case err == nil, skippable(err) && isChange(ev.Type):
+		case skippable(err) && ev.Type == "ERROR":
+			return fail(endFailed, outcomeDecodeError, errors.New("ERROR event without a Status"))
+		case wctx.Err() != nil:
+			// Canceled: by Run's context, the resync or the silence timer. Over HTTP/1.1
+			// the cut body may even read as a clean io.EOF.
+			return fail(endFailed, outcomeNone, err)
+		case err == io.EOF:
+			lw.count(outcomeWatchRestart)
+			end.kind = endClosed
+			return end
+		case skippable(err):
+			return fail(endCorrupt, outcomeDecodeError, fmt.Errorf("%s event: %w", oneLine(ev.Type), err))
+		case errors.Is(lim.err, errObjectTooLarge):
+			return fail(endFailed, outcomeDecodeError, fmt.Errorf("decode event: %w", errObjectTooLarge))
+		case lim.err != nil && lim.err != io.EOF, errors.Is(err, io.ErrUnexpectedEOF):
+			return fail(endFailed, outcomeNetworkError, err)
+		default:
+			return fail(endFailed, outcomeDecodeError, fmt.Errorf("decode event: %w", err))
+		}
+		silence.Reset(lw.cfg.WatchTimeout)
+		ek, oc, err := lw.apply(&ev, err)
+		if err != nil {
+			return fail(ek, oc, err)
+		}
+		end.rv, end.progress = ev.Object.Metadata.ResourceVersion, true
+		b.Reset()
+	}
+}
+
+func isChange(typ string) bool { return typ == "ADDED" || typ == "MODIFIED" || typ == "DELETED" }
+
+// apply checks one decoded event and hands a change to the reader. An error ends the watch
+// as kind, counted as o.
+func (lw *listWatch) apply(ev *watchEvent, decodeErr error) (end endKind, o outcome, err error) {
+	obj := &ev.Object
+	switch {
+	case isChange(ev.Type):
+		if obj.Metadata.ResourceVersion == "" {
+			return endCorrupt, outcomeDecodeError, fmt.Errorf("%s event: %s without metadata.resourceVersion", ev.Type, kind)
+		}
+		if err := lw.r.event(ev.Type, obj, decodeErr); err != nil {
+			return endCorrupt, outcomeDecodeError, fmt.Errorf("%s event: %w", ev.Type, err)
+		}
+	case ev.Type == "BOOKMARK":
+		if err := obj.checkKind(true); err != nil {
+			return endCorrupt, outcomeDecodeError, fmt.Errorf("BOOKMARK event: %w", err)
+		}
+		if obj.Metadata.ResourceVersion == "" {
+			return endCorrupt, outcomeDecodeError, fmt.Errorf("BOOKMARK event: %s without metadata.resourceVersion", kind)
+		}
+	case ev.Type == "ERROR":
+		if obj.Kind != "Status" {
+			return endFailed, outcomeDecodeError, errors.New("ERROR event without a Status")
+		}
+		o = outcomeHTTPError
+		if obj.Code == http.StatusGone {
+			o = outcomeGone
+		}
+		return endFailed, o, fmt.Errorf("ERROR event: %d %s: %s", obj.Code, obj.Reason, oneLine(obj.Message))
+	default:
+		return endFailed, outcomeDecodeError, fmt.Errorf("unknown event type %q", oneLine(ev.Type))
+	}
+	return 0, outcomeNone, nil
+}
