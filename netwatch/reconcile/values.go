@@ -9,11 +9,11 @@ import (
 	"github.com/marksplit/marksplit/netwatch"
 )
 
-// The values a program names what it owns with. Each is a flag.Value and an
-// encoding.TextUnmarshaler whose Set parses the text form ip(8) prints and
-// then applies the type's one Check, which a policy's own validation calls
-// too; the errors are one line that does not repeat the input, for the
-// caller to prefix with the flag's name.
+// The values a program names what it owns with. Each is a flag.Value whose
+// Set parses the text form ip(8) prints and then applies the type's one
+// Check, which a policy's own validation calls too; the errors are one line
+// that does not repeat the input, for the caller to prefix with the flag's
+// name.
 
 // Table is a routing table a program may own: 1 to 4294967295, except the
 // kernel's own (0 unspec, 253 default, 254 main, 255 local) and 252, which
@@ -44,8 +44,6 @@ func (t *Table) Set(s string) error {
 }
 
 func (t Table) String() string                { return strconv.FormatUint(uint64(t), 10) }
-func (t *Table) UnmarshalText(b []byte) error { return t.Set(string(b)) }
-func (t Table) MarshalText() ([]byte, error)  { return []byte(t.String()), nil }
 
 // Priority is a rule priority a program may own: 1 to 32765. 0 is the
 // kernel's local rule; 32766 and 32767 are the main and default tables'
@@ -77,8 +75,6 @@ func (p *Priority) Set(s string) error {
 }
 
 func (p Priority) String() string                { return strconv.FormatUint(uint64(p), 10) }
-func (p *Priority) UnmarshalText(b []byte) error { return p.Set(string(b)) }
-func (p Priority) MarshalText() ([]byte, error)  { return []byte(p.String()), nil }
 
 // MarkMask is a firewall mark under a mask, as a rule matches it: text
 // MARK/MASK, each decimal or 0x hex, as ip-rule(8) prints it. The mask is
@@ -127,8 +123,6 @@ func (m *MarkMask) Set(s string) error {
 }
 
 func (m MarkMask) String() string                { return m.Mark.String() + "/" + m.Mask.String() }
-func (m *MarkMask) UnmarshalText(b []byte) error { return m.Set(string(b)) }
-func (m MarkMask) MarshalText() ([]byte, error)  { return []byte(m.String()), nil }
 
 // Protocol is the routing protocol a program stamps on what it installs,
 // so that `ip route show proto N` lists it: 2 (kernel) or 4 to 255. 0, 1
@@ -172,8 +166,6 @@ func parseProtocol(s string) (Protocol, bool) {
 }
 
 func (p Protocol) String() string                { return strconv.Itoa(int(p)) }
-func (p *Protocol) UnmarshalText(b []byte) error { return p.Set(string(b)) }
-func (p Protocol) MarshalText() ([]byte, error)  { return []byte(p.String()), nil }
 
 // LinkName is a network interface's name as the kernel accepts one: 1 to
 // 15 bytes, no '/', ':' or white space, not "." or "..", and, though the
@@ -205,5 +197,3 @@ func (n *LinkName) Set(s string) error {
 }
 
 func (n LinkName) String() string                { return string(n) }
-func (n *LinkName) UnmarshalText(b []byte) error { return n.Set(string(b)) }
-func (n LinkName) MarshalText() ([]byte, error)  { return []byte(n), nil }
