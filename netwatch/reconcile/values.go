@@ -43,7 +43,7 @@ func (t *Table) Set(s string) error {
 	return nil
 }
 
-func (t Table) String() string                { return strconv.FormatUint(uint64(t), 10) }
+func (t Table) String() string { return strconv.FormatUint(uint64(t), 10) }
 
 // Priority is a rule priority a program may own: 1 to 32765. 0 is the
 // kernel's local rule; 32766 and 32767 are the main and default tables'
@@ -74,7 +74,7 @@ func (p *Priority) Set(s string) error {
 	return nil
 }
 
-func (p Priority) String() string                { return strconv.FormatUint(uint64(p), 10) }
+func (p Priority) String() string { return strconv.FormatUint(uint64(p), 10) }
 
 // MarkMask is a firewall mark under a mask, as a rule matches it: text
 // MARK/MASK, each decimal or 0x hex, as ip-rule(8) prints it. The mask is
@@ -122,7 +122,7 @@ func (m *MarkMask) Set(s string) error {
 	return nil
 }
 
-func (m MarkMask) String() string                { return m.Mark.String() + "/" + m.Mask.String() }
+func (m MarkMask) String() string { return m.Mark.String() + "/" + m.Mask.String() }
 
 // Protocol is the routing protocol a program stamps on what it installs,
 // so that `ip route show proto N` lists it: 2 (kernel) or 4 to 255. 0, 1
@@ -165,7 +165,7 @@ func parseProtocol(s string) (Protocol, bool) {
 	return 0, false
 }
 
-func (p Protocol) String() string                { return strconv.Itoa(int(p)) }
+func (p Protocol) String() string { return strconv.Itoa(int(p)) }
 
 // LinkName is a network interface's name as the kernel accepts one: 1 to
 // 15 bytes, no '/', ':' or white space, not "." or "..", and, though the
@@ -196,4 +196,4 @@ func (n *LinkName) Set(s string) error {
 	return nil
 }
 
-func (n LinkName) String() string                { return string(n) }
+func (n LinkName) String() string { return string(n) }
