@@ -4,7 +4,6 @@ package reconcile
 
 import (
 	"context"
-	"encoding/binary"
 	"net/netip"
 	"testing"
 	"time"
@@ -13,17 +12,6 @@ import (
 	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"golang.org/x/sys/unix"
 )
-
-// appendAttr appends a netlink attribute, as the kernel encodes it, to b.
-func appendAttr(b []byte, typ uint16, val []byte) []byte {
-	b = binary.NativeEndian.AppendUint16(b, uint16(4+len(val)))
-	b = binary.NativeEndian.AppendUint16(b, typ)
-	b = append(b, val...)
-	for len(b)%4 != 0 {
-		b = append(b, 0)
-	}
-	return b
-}
 
 // fakeHost is a small host: eth0 with addresses of both families, routes
 // in main and in table 900, and the mark-split rules.
@@ -57,8 +45,15 @@ func startWatcher(t *testing.T, k *netwatchtest.Kernel, opts netwatch.Options) *
 	opts.NetNS, opts.RetryMin, opts.RetryMax = k.NetNS(), time.Millisecond, time.Millisecond
 	w := netwatch.New(opts)
 	ctx, cancel := context.WithCancel(context.Background())
+	runUntilCleanup(t, ctx, cancel, w.Run)
+	return w
+}
+
+// runUntilCleanup runs run(ctx) until the test ends, then cancels it: run
+// must return nil within a second.
+func runUntilCleanup(t *testing.T, ctx context.Context, cancel func(), run func(context.Context) error) {
 	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -71,5 +66,4 @@ func startWatcher(t *testing.T, k *netwatchtest.Kernel, opts netwatch.Options) *
 			<-done
 		}
 	})
-	return w
 }

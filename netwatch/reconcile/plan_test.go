@@ -64,7 +64,7 @@ func TestPlan(t *testing.T) {
 	noNot := with(rule4, func(r *netwatch.Rule) { r.Invert = false })
 	otherTable := with(rule4, func(r *netwatch.Rule) { r.Table = 901 })
 	bare := netwatch.Rule{Family: netwatch.IPv4, Priority: 900, Table: 900, Action: netwatch.ActionToTable}
-	unknown := with(rule4, func(r *netwatch.Rule) { r.Attrs = netwatch.Attrs(appendAttr(nil, 25, []byte{0x2e})) }) // FRA_DSCP
+	unknown := with(rule4, func(r *netwatch.Rule) { r.Attrs = fraDSCP }) // FRA_DSCP
 	repaired := with(mainRoute, func(r *netwatch.Route) { r.MTU = 1450 })
 	foreign := []netwatch.Route{
 		mainRoute,
@@ -429,7 +429,7 @@ func TestPlanScope(t *testing.T) {
 				Protocol: rapid.SampledFrom([]netwatch.Protocol{0, 109}).Draw(t, label+"Proto"),
 			}
 			if rapid.Bool().Draw(t, label+"Attrs") {
-				r.Attrs = netwatch.Attrs(appendAttr(nil, 25, []byte{0x2e})) // FRA_DSCP, which the model does not know
+				r.Attrs = fraDSCP // FRA_DSCP, which the model does not know
 			}
 			return r
 		}
@@ -557,3 +557,7 @@ func TestPlanErrorNamesLinks(t *testing.T) {
 		t.Errorf("error %q, want the link named enp7s0", msg)
 	}
 }
+
+// fraDSCP is an FRA_DSCP attribute (25), which the model does not know, as
+// the kernel encodes it.
+const fraDSCP = netwatch.Attrs("\x05\x00\x19\x00\x2e\x00\x00\x00")

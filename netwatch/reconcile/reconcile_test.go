@@ -115,20 +115,7 @@ func startReconciler(t *testing.T, k *netwatchtest.Kernel, r *Reconciler) (<-cha
 	if r.RetryMin == 0 {
 		r.RetryMin, r.RetryMax = time.Millisecond, time.Millisecond
 	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(time.Second):
-			t.Errorf("Run did not return within 1 s of cancellation")
-			<-done
-		}
-	})
+	runUntilCleanup(t, ctx, cancel, r.Run)
 	return passes, rec
 }
 
