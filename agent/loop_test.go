@@ -340,21 +340,21 @@ func TestLoopFight(t *testing.T) {
 		if err := prog.DelRule(del); err != nil && !errors.Is(err, unix.ENOENT) {
 			t.Fatal(err)
 		}
-		if v, ok := metricIf(t, h.met, "marksplit_fight_in_progress", "rule 900"); ok && v == 1 {
+		if v, ok := metricIf(t, h.met, "marksplit_fight_in_progress", ""); ok && v == 1 {
 			break
 		}
 	}
-	if got := metricValue(t, h.met, "marksplit_fight_in_progress", "rule 900"); got != 1 {
-		t.Fatalf("marksplit_fight_in_progress{rule 900} = %v after a second of deletions, want 1; log:\n%s", got, h.log())
+	if got := metricValue(t, h.met, "marksplit_fight_in_progress", ""); got != 1 {
+		t.Fatalf("marksplit_fight_in_progress = %v after a second of deletions, want 1; log:\n%s", got, h.log())
 	}
 	// The program stops: the rule is back and the fight ends.
 	if !netwatchtest.Poll(func() bool {
-		return h.rules900() == 1 && metricValue(t, h.met, "marksplit_fight_in_progress", "rule 900") == 0
+		return h.rules900() == 1 && metricValue(t, h.met, "marksplit_fight_in_progress", "") == 0
 	}) {
-		t.Fatalf("after the fight: %d rules at 900, fight in progress %v", h.rules900(), metricValue(t, h.met, "marksplit_fight_in_progress", "rule 900"))
+		t.Fatalf("after the fight: %d rules at 900, fight in progress %v", h.rules900(), metricValue(t, h.met, "marksplit_fight_in_progress", ""))
 	}
-	if got := metricValue(t, h.met, "marksplit_fights_total", "rule 900"); got != 1 {
-		t.Errorf("marksplit_fights_total{rule 900} = %v, want 1", got)
+	if got := metricValue(t, h.met, "marksplit_fights_total", ""); got != 1 {
+		t.Errorf("marksplit_fights_total = %v, want 1", got)
 	}
 	warn := `level=WARN msg="fight: rule 900: not fwmark 0xe00/0xf00 lookup 900 undone 3 times in `
 	if got := h.log(); strings.Count(got, "fight:") != 1 || !strings.Contains(got, warn) || !strings.Contains(got, "by netlink port ") {

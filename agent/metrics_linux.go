@@ -27,8 +27,8 @@ type metrics struct {
 	passes   *prometheus.CounterVec
 	changes  *prometheus.CounterVec
 	failed   *prometheus.CounterVec
-	fights   *prometheus.CounterVec
-	fighting *prometheus.GaugeVec
+	fights   prometheus.Counter
+	fighting prometheus.Gauge
 	mode     *prometheus.GaugeVec
 	ready    prometheus.Gauge
 	lastGood prometheus.Gauge
@@ -55,14 +55,14 @@ func newMetrics(w *netwatch.Watcher, cfg mtupolicy.Config, requests func() map[s
 			Name: "marksplit_failed_operations_total",
 			Help: "Kernel changes that failed, by kind.",
 		}, []string{"kind"}),
-		fights: prometheus.NewCounterVec(prometheus.CounterOpts{
+		fights: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "marksplit_fights_total",
-			Help: "Fights: episodes of another program undoing an object the agent made again and again, by object (rule 900, rule 900 inet6, table 900 10.0.0.0/16).",
-		}, []string{"object"}),
-		fighting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Help: "Fights: episodes of another program undoing what the agent made, again and again (one episode however many objects it undoes; the log's fight: line names them and the program).",
+		}),
+		fighting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "marksplit_fight_in_progress",
-			Help: "1 while a fight over the object is going on, 0 once it is over.",
-		}, []string{"object"}),
+			Help: "Fights going on now: one per program undoing what the agent made; 0 when there is none.",
+		}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "marksplit_ready",
 			Help: "1 when the last pass converged (what /readyz answers 200 for), else 0.",
@@ -158,11 +158,11 @@ func (m *metrics) fight(f reconcile.Fight) {
 		return
 	}
 	if f.Over {
-		m.fighting.WithLabelValues(f.Object).Set(0)
+		m.fighting.Dec()
 		return
 	}
-	m.fights.WithLabelValues(f.Object).Inc()
-	m.fighting.WithLabelValues(f.Object).Set(1)
+	m.fights.Inc()
+	m.fighting.Inc()
 }
 
 func bool01(b bool) float64 {

@@ -420,14 +420,6 @@ func (r Route) Key() RouteKey {
 	return RouteKey{r.Family, r.Table, r.Dst, r.Src, r.TOS, r.Metric}
 }
 
-// kernelMetric is the metric the kernel stores for r when asked to
-// install it.
-func (r Route) kernelMetric() uint32 {
-	if r.Family == IPv6 && r.Metric == 0 {
-		return IPv6DefaultMetric
-	}
-	return r.Metric
-}
 
 // expiresSlack is how far apart two expiries may be and still be the same:
 // the kernel counts a route's lifetime down and reports it rounded, so two

@@ -45,6 +45,20 @@ type object struct {
 	maxGap      time.Duration
 	by          netwatch.Origin
 	fighting    bool
+	ep          *episode // while fighting
+}
+
+// episode is a fight with one program, over as many objects as it undoes
+// at a time: one warning, one OnFight at its start and one at its end,
+// however many objects (a program flushing the table fights over all of
+// its routes at once).
+type episode struct {
+	lead    *object // the first object, which the lines name
+	by      netwatch.Origin
+	first   time.Time
+	objects int // fighting now
+	all     int // in the episode so far
+	undos   int // of the objects that are over
 }
 
 // observe reads the journal since the last pass: who changed the objects
@@ -137,17 +151,43 @@ func (l *loop) undo(o *object, by netwatch.Origin, now time.Time) {
 	}
 	o.fighting = true
 	l.fights++
-	f := o.fight(now)
-	l.log.Warn(fmt.Sprintf("fight: %s undone %d times in %s by %s; repairing at most every %s",
-		o.text, o.undos, roundDuration(f.Since), by, roundDuration(l.interval)),
-		"object", o.name, "by", by.String(), "undos", o.undos)
+	key := by.String()
+	ep := l.episodes[key]
+	if ep == nil {
+		ep = &episode{lead: o, by: by, first: o.first}
+		l.episodes[key] = ep
+		l.log.Warn(fmt.Sprintf("fight: %s undone %d times in %s by %s; repairing at most every %s",
+			o.text, o.undos, roundDuration(now.Sub(o.first)), by, roundDuration(l.interval)),
+			"object", o.name, "by", by.String(), "undos", o.undos)
+		if l.r.OnFight != nil {
+			l.r.OnFight(Fight{Object: o.name, Line: o.text, By: by, Undos: o.undos, Since: now.Sub(o.first), Objects: 1})
+		}
+	}
+	ep.objects++
+	ep.all++
+	o.ep = ep
+}
+
+// endFight ends o's part in its episode, and the episode with its last
+// object: one line and one OnFight for the whole episode.
+func (l *loop) endFight(o *object) {
+	ep := o.ep
+	o.ep = nil
+	ep.undos += o.undos
+	o.undos = 0
+	if ep.objects--; ep.objects > 0 {
+		return
+	}
+	delete(l.episodes, ep.by.String())
+	f := Fight{Object: ep.lead.name, Line: ep.lead.text, By: ep.by, Undos: ep.undos, Since: o.last.Sub(ep.first), Over: true, Objects: ep.all}
+	what := f.Line
+	if ep.all > 1 {
+		what += fmt.Sprintf(" and %d other objects", ep.all-1)
+	}
+	l.log.Info(fmt.Sprintf("fight over: %s undone %d times in %s by %s", what, f.Undos, roundDuration(f.Since), f.By))
 	if l.r.OnFight != nil {
 		l.r.OnFight(f)
 	}
-}
-
-func (o *object) fight(now time.Time) Fight {
-	return Fight{Object: o.name, Line: o.text, By: o.by, Undos: o.undos, Since: now.Sub(o.first)}
 }
 
 // sweep ends the fights over objects left alone for twice the longest
@@ -173,13 +213,7 @@ func (l *loop) sweep(now time.Time) (next time.Time) {
 			}
 			o.fighting = false
 			l.fights--
-			f := o.fight(o.last)
-			f.Over = true
-			o.undos = 0
-			l.log.Info(fmt.Sprintf("fight over: %s undone %d times in %s by %s", o.text, f.Undos, roundDuration(f.Since), f.By))
-			if l.r.OnFight != nil {
-				l.r.OnFight(f)
-			}
+			l.endFight(o)
 		}
 		if gc && now.Sub(o.touched) > forgetAfter && now.Sub(o.last) > forgetAfter {
 			delete(l.objs, id)

@@ -274,7 +274,7 @@ func checkRoute(r netwatch.Route) error {
 	switch {
 	case r.Type == netwatch.RouteUnspec:
 		// The kernel blames the scope ("Invalid scope"), which misleads.
-		return errors.New("Type is not set (netwatch.RouteUnicast for an ordinary route)")
+		return errors.New("its Type is not set (netwatch.RouteUnicast for an ordinary route)")
 	case r.Type == netwatch.RouteUnicast && r.Index == 0 && !r.Gateway.IsValid() && len(r.NextHops) == 0 && r.NHID == 0:
 		return errors.New("a unicast route needs a next hop: set Index (the output link), Gateway, NextHops or NHID")
 	}
@@ -285,9 +285,9 @@ func checkRoute(r netwatch.Route) error {
 func checkRule(r netwatch.Rule) error {
 	switch {
 	case r.Action == 0:
-		return errors.New("Action is not set (netwatch.ActionToTable with a Table, for a lookup)")
+		return errors.New("its Action is not set (netwatch.ActionToTable with a Table, for a lookup)")
 	case r.Action == netwatch.ActionToTable && r.Table == 0:
-		return errors.New("Action is ActionToTable but Table is not set")
+		return errors.New("its Action is ActionToTable but its Table is not set")
 	}
 	return nil
 }

@@ -36,8 +36,9 @@ import (
 // priority, a route in an owned table, a repaired route), that is an undo;
 // the kernel's own changes (the IPv4 routes it flushes when a link goes
 // down) and differences a resync found never are. Three undos in a row, each
-// within a minute of the last, make a fight: one warning names the object
-// and the program,
+// within a minute of the last, make a fight: one warning per episode names
+// the object and the program (further objects the same program undoes
+// meanwhile join the episode without a line of their own),
 //
 //	fight: rule 900: not fwmark 0xe00/0xf00 lookup 900 undone 3 times in 212ms by ip[31968]; repairing at most every 100ms
 //
@@ -122,18 +123,24 @@ type Pass struct {
 	Err error
 }
 
-// Fight is a fight over one object with another program.
+// Fight is an episode of another program undoing what the Reconciler made,
+// over one object or many at once (a program flushing a table): one
+// Fight when it starts, one when it is over.
 type Fight struct {
-	// Object names the object in a few words, for a metric label:
-	// "rule 900", "rule 900 inet6", "table 900 10.0.0.0/16".
+	// Object names the episode's first object in a few words: "rule
+	// 900", "rule 900 inet6", "table 900 10.0.0.0/16".
 	Object string
-	// Line is the object as the log line names it.
+	// Line is that object as the log line names it.
 	Line string
-	// By is the program that undid it last.
+	// By is the program.
 	By netwatch.Origin
-	// Undos counts the undos of the episode so far, in Since.
+	// Undos counts the undos so far, in Since: at the start, of the first
+	// object; at the end, of every object of the episode.
 	Undos int
 	Since time.Duration
+	// Objects counts the objects fought over: 1 at the start, all of the
+	// episode's at the end.
+	Objects int
 	// Over is set when the episode has ended.
 	Over bool
 }
@@ -254,20 +261,21 @@ type loop struct {
 	interval time.Duration
 	bo       backoff.BackOff
 	objs     map[objectID]*object
-	mark     uint64          // journal position observed so far
-	port     uint32          // the Applier's netlink port
-	lastErr  string          // of the last failed pass, logged once
-	fights   int             // objects in a fight now
-	fightEnd time.Time       // when the next fight ends if nothing happens
-	gcAt     time.Time       // when to forget old objects next
-	said     map[string]bool // the policy's notes logged, while they hold
+	mark     uint64              // journal position observed so far
+	port     uint32              // the Applier's netlink port
+	lastErr  string              // of the last failed pass, logged once
+	fights   int                 // objects in a fight now
+	episodes map[string]*episode // fights now, by program
+	fightEnd time.Time           // when the next fight ends if nothing happens
+	gcAt     time.Time           // when to forget old objects next
+	said     map[string]bool     // the policy's notes logged, while they hold
 }
 
 func (r *Reconciler) newLoop() (*loop, error) {
 	if r.Watcher == nil || r.Applier == nil || r.Policy == nil {
 		return nil, errIncomplete
 	}
-	l := &loop{r: r, log: r.Logger, describe: r.Describe, objs: make(map[objectID]*object), port: r.Applier.Port()}
+	l := &loop{r: r, log: r.Logger, describe: r.Describe, objs: make(map[objectID]*object), episodes: make(map[string]*episode), port: r.Applier.Port()}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}

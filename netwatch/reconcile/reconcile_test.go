@@ -622,3 +622,83 @@ func TestReconcilerNoRetryWhenInvalid(t *testing.T) {
 		t.Errorf("%d lines saying the change is invalid (want 1), %d saying it is retried (want 0)", errs, retries)
 	}
 }
+
+// TestReconcilerFlushIsOneFight: a program flushing the owned table in a
+// loop fights over every route in it at once; that is one episode, with
+// one warning, one "fight over" line and one OnFight at each end, however
+// many routes it takes (issue 22: 52 routes were 52 warnings and 52
+// metric series).
+func TestReconcilerFlushIsOneFight(t *testing.T) {
+	k, eth := fakeHost(t)
+	const n = 30
+	policy := func(v netwatch.View) (Desired, bool) {
+		d := Desired{Own: Own(900, 0)}
+		for i := range n {
+			d.Routes = append(d.Routes, netwatch.Route{Family: netwatch.IPv4, Table: 900,
+				Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 50, byte(i), 0}), 24), Gateway: netip.MustParseAddr("10.0.0.1"),
+				Index: eth, Protocol: 77, Type: netwatch.RouteUnicast})
+		}
+		return d, true
+	}
+	var fmu sync.Mutex
+	var fights []Fight
+	r := &Reconciler{Policy: policy, RepairInterval: 20 * time.Millisecond, OnFight: func(f Fight) {
+		fmu.Lock()
+		defer fmu.Unlock()
+		fights = append(fights, f)
+	}}
+	passes, rec := startReconciler(t, k, r)
+	nextPass(t, passes, "initial")
+	prog, err := k.DialProgram()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	// Flush until every route has been undone often enough to fight.
+	undone := make(map[netip.Prefix]int)
+	flushes := 0
+	for deadline := time.Now().Add(5 * time.Second); ; flushes++ {
+		fought := 0
+		for _, kr := range k.Routes() {
+			if kr.Table == 900 && kr.Dst.Addr().As4()[1] == 50 && prog.DelRoute(kr) == nil {
+				undone[kr.Dst]++
+			}
+		}
+		for _, u := range undone {
+			if u >= fightUndos {
+				fought++
+			}
+		}
+		if fought == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d flushes only %d of %d routes were undone %d times", flushes, fought, n, fightUndos)
+		}
+		// Wait for the repair of the last route flushed, as a program
+		// flushing in a loop meets it again.
+		select {
+		case <-passes:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no repair within 5 s")
+		}
+	}
+	waitFights(t, &fmu, &fights, 2) // the start, and the end once the flushes stop
+	var warns, overs []string
+	for _, l := range rec.take() {
+		switch {
+		case strings.HasPrefix(l, "WARN fight: "):
+			warns = append(warns, l)
+		case strings.HasPrefix(l, "INFO fight over: "):
+			overs = append(overs, l)
+		}
+	}
+	fmu.Lock()
+	defer fmu.Unlock()
+	if len(fights) != 2 || fights[0].Over || !fights[1].Over || fights[1].Objects != n {
+		t.Errorf("fights: %+v; want one start and one end over %d objects", fights, n)
+	}
+	if len(warns) != 1 || len(overs) != 1 || !strings.Contains(overs[0], fmt.Sprintf(" and %d other objects undone ", n-1)) {
+		t.Errorf("fight lines: %q and %q; want one warning and one line at the end naming %d other objects", warns, overs, n-1)
+	}
+}
