@@ -256,7 +256,8 @@ type loop struct {
 	log      *slog.Logger
 	describe func(netwatch.Op, func(uint32) (netwatch.Link, bool)) string
 	window   time.Duration
-	lastPass time.Time // when the last pass began
+	lastPass time.Time     // when the last pass began
+	lastPlan time.Duration // how long its policy and plan took
 	burst    int
 	interval time.Duration
 	bo       backoff.BackOff
@@ -297,6 +298,24 @@ func (r *Reconciler) newLoop() (*loop, error) {
 		backoff.WithRandomizationFactor(0.2),
 		backoff.WithMaxElapsedTime(0))
 	return l, nil
+}
+
+// Passes whose policy and plan are expensive (a large table: 160 ms for a
+// change of a link with 100,000 routes through it) are spaced so that they
+// take at most a fifth of a CPU, however often the kernel changes: the next
+// pass begins planSpacing times their cost after the last began, but never
+// more than maxSpacing after it, so that a repair still waits less than a
+// second.
+const (
+	planSpacing = 5
+	maxSpacing  = 800 * time.Millisecond
+)
+
+// spacing is how long after the last pass began the next may begin without
+// waiting for changes to pause: the coalescing window, or longer after an
+// expensive plan.
+func (l *loop) spacing() time.Duration {
+	return max(l.window, min(planSpacing*l.lastPlan, maxSpacing))
 }
 
 func or(d, def time.Duration) time.Duration {
@@ -359,7 +378,7 @@ func (l *loop) wait(ctx context.Context, changed <-chan struct{}, wake time.Time
 // tenth of the window, at most until the window ends: a burst costs one pass
 // per window. It reports false when ctx ends.
 func (l *loop) coalesce(ctx context.Context) bool {
-	end := l.lastPass.Add(l.window)
+	end := l.lastPass.Add(l.spacing())
 	if !time.Now().Before(end) {
 		return ctx.Err() == nil
 	}
@@ -412,6 +431,7 @@ func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan
 	now := time.Now()
 	l.lastPass = now
 	p, pl := l.plan(now)
+	l.lastPlan = time.Since(now)
 	ops, changed := pl.ops, pl.changed
 	l.fightEnd = l.sweep(now)
 	if p.Planned {

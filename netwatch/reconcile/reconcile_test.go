@@ -702,3 +702,22 @@ func TestReconcilerFlushIsOneFight(t *testing.T) {
 		t.Errorf("fight lines: %q and %q; want one warning and one line at the end naming %d other objects", warns, overs, n-1)
 	}
 }
+
+// TestReconcilerSpacing: an expensive plan spaces the passes after it, so
+// that a program changing the kernel without pause (an MTU toggled in a
+// loop, with 100,000 routes through the link) cannot keep the agent busy;
+// a cheap one leaves the coalescing window alone, and no spacing exceeds
+// what keeps a repair under a second.
+func TestReconcilerSpacing(t *testing.T) {
+	for _, tc := range []struct{ plan, want time.Duration }{
+		{100 * time.Microsecond, defaultCoalesce},
+		{10 * time.Millisecond, 50 * time.Millisecond},
+		{160 * time.Millisecond, maxSpacing},
+		{3 * time.Second, maxSpacing},
+	} {
+		l := &loop{window: defaultCoalesce, lastPlan: tc.plan}
+		if got := l.spacing(); got != tc.want {
+			t.Errorf("after a plan of %v: next pass %v after the last began, want %v", tc.plan, got, tc.want)
+		}
+	}
+}
