@@ -44,6 +44,7 @@ type options struct {
 	logFormat   string     // "text" or "json"
 	peer        netip.Addr // verify only
 	version     bool
+	allowShared bool // own a table or priority a known program uses
 }
 
 // usageError is a bad command line: the agent prints it in one line and
@@ -125,6 +126,11 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 	if err := o.policy.Validate(); err != nil {
 		return o, usageErrorf("%s", strings.TrimPrefix(err.Error(), "mtupolicy: "))
 	}
+	for _, n := range []string{reconcile.Table(o.policy.Table).Neighbour(), reconcile.Priority(o.policy.Priority).Neighbour()} {
+		if n != "" && !o.allowShared {
+			return o, usageErrorf("%s: the agent would remove what is there; choose another, or add --allow-shared", n)
+		}
+	}
 	if err := checkMetricsAddr(o.metricsAddr); err != nil {
 		return o, usageErrorf("%s", err)
 	}
@@ -180,6 +186,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	o.logFormat = "text"
 	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log `format`: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.BoolVar(&o.allowShared, "allow-shared", false, "own --table or --priority even where Cilium (tables 200-202, 2004, 2005; priorities 1, 8-10, 20, 100, 109-112) or Tailscale (table 52; priorities 5210-5270) keep theirs")
 	if o.cmd == cmdVerify {
 		fs.Var(addrValue{&o.peer}, "peer", "`address` to ask the kernel about (verify)")
 	}

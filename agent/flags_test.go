@@ -55,6 +55,15 @@ func TestParseArgs(t *testing.T) {
 			}(),
 		},
 		{
+			name: "Cilium's table and priority, shared on purpose",
+			args: []string{"plan", "--underlay-link=enp7s0", "--table=2004", "--priority=100", "--allow-shared", "--encryption=off"},
+			want: func() options {
+				p := def
+				p.UnderlayLink, p.Table, p.Priority = "enp7s0", 2004, 100
+				return options{cmd: cmdPlan, policy: p, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text", allowShared: true}
+			}(),
+		},
+		{
 			name: "verify and cleanup need no node name in auto mode",
 			args: []string{"verify", "--peer", "10.0.0.9", "--prefix=10.0.0.0/16"},
 			want: options{cmd: cmdVerify, policy: withPrefix, encryption: encAuto, metricsAddr: defaultMetricsAddr,
@@ -131,6 +140,10 @@ func TestBadFlagsExit2(t *testing.T) {
 		{[]string{"--underlay-link=averyveryverylongname"}, "longer than 15 bytes"},
 		{[]string{"--prefix=10.0.0.0/16", "--priority=abc"}, `invalid value "abc" for flag -priority: not a rule priority (1 to 32765)`},
 		{[]string{"--prefix=10.0.0.0/16", "--table=252"}, "table 252 is reserved"},
+		{[]string{"--prefix=10.0.0.0/16", "--table=2004", "--encryption=on"}, "Cilium's table 2004: the agent would remove what is there; choose another, or add --allow-shared"},
+		{[]string{"plan", "--prefix=10.0.0.0/16", "--priority=100", "--encryption=on"}, "Cilium's rule priority 100"},
+		{[]string{"--prefix=10.0.0.0/16", "--table=52", "--encryption=on"}, "Tailscale's table 52"},
+		{[]string{"--prefix=10.0.0.0/16", "--priority=5210", "--encryption=on"}, "Tailscale's rule priority 5210"},
 		{[]string{"--prefix=10.0.0.0/16", "--mark=0xe00"}, `invalid value "0xe00" for flag -mark: 0xe00 has no mask: a bare mark matches all 32 bits`},
 		{[]string{"--prefix=10.0.0.0/16", "--encryption=on", "--metrics-addr=9184"}, `--metrics-addr "9184": want HOST:PORT`},
 		{[]string{"plan", "--prefix=10.0.0.0/16", "--encryption=on", "--metrics-addr=127.0.0.1:http"}, `port "http" is not a number`},

@@ -420,7 +420,6 @@ func (r Route) Key() RouteKey {
 	return RouteKey{r.Family, r.Table, r.Dst, r.Src, r.TOS, r.Metric}
 }
 
-
 // expiresSlack is how far apart two expiries may be and still be the same:
 // the kernel counts a route's lifetime down and reports it rounded, so two
 // reports of an unchanged route differ a little.

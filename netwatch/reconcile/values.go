@@ -45,6 +45,19 @@ func (t *Table) Set(s string) error {
 
 func (t Table) String() string { return strconv.FormatUint(uint64(t), 10) }
 
+// Neighbour names the known program whose tables include t ("Cilium's
+// table 2004"), or returns "". Owning it would remove that program's
+// routes: a program refuses such a value unless told to share it.
+func (t Table) Neighbour() string {
+	switch n := uint32(t); {
+	case n >= 200 && n <= 202 || n == 2004 || n == 2005:
+		return fmt.Sprintf("Cilium's table %d", n)
+	case n == 52:
+		return "Tailscale's table 52"
+	}
+	return ""
+}
+
 // Priority is a rule priority a program may own: 1 to 32765. 0 is the
 // kernel's local rule; 32766 and 32767 are the main and default tables'
 // rules, and a rule after main's would never see a packet that main routes.
@@ -59,6 +72,18 @@ func (p Priority) Check() error {
 		return fmt.Errorf("priority %d is at or after the main table's rule (32766), where nothing main routes would reach it: choose 1 to 32765", uint32(p))
 	}
 	return nil
+}
+
+// Neighbour names the known program whose rules are at p ("Cilium's rule
+// priority 100"), or returns "", as Table.Neighbour does.
+func (p Priority) Neighbour() string {
+	switch n := uint32(p); {
+	case n == 1 || n >= 8 && n <= 10 || n == 20 || n == 100 || n >= 109 && n <= 112:
+		return fmt.Sprintf("Cilium's rule priority %d", n)
+	case n >= 5210 && n <= 5270:
+		return fmt.Sprintf("Tailscale's rule priority %d", n)
+	}
+	return ""
 }
 
 // Set parses and checks a priority, decimal or 0x hex.
