@@ -62,7 +62,8 @@ type Desired struct {
 	// Notes say, a line each, why the policy wants less than it could:
 	// "link wg0 not found" for a policy that acts on wg0. Plan ignores
 	// them; the Reconciler logs each at Warn when it first appears, and
-	// again only after a pass without it. A note should name what is
+	// again only after a pass without it (a note whose numbers changed,
+	// "MTU 1200" become "MTU 1100", is the same note). A note should name what is
 	// missing, not the time, so that it stays the same line while it
 	// holds.
 	Notes []string

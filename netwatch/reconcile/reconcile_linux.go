@@ -3,6 +3,7 @@
 package reconcile
 
 import (
+	"strings"
 	"syscall"
 
 	"github.com/marksplit/marksplit/netwatch"
@@ -557,19 +558,32 @@ func (l *loop) failed(err error, change string) {
 	}
 }
 
-// note logs each of the policy's notes once, for as long as it holds.
+// note logs each of the policy's notes once, for as long as it holds: a
+// note that differs from one of the last pass only in its numbers (an MTU
+// that changed while it is still too small) is the same note.
 func (l *loop) note(notes []string) {
 	if len(notes) == 0 && len(l.said) == 0 {
 		return
 	}
 	now := make(map[string]bool, len(notes))
 	for _, n := range notes {
-		now[n] = true
-		if !l.said[n] {
+		k := noteKey(n)
+		if !l.said[k] {
 			l.log.Warn(n)
 		}
+		now[k] = true
 	}
 	l.said = now
+}
+
+// noteKey is a note without its numbers.
+func noteKey(n string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return '#'
+		}
+		return r
+	}, n)
 }
 
 // recovered notes a pass that did not fail.
