@@ -14,7 +14,8 @@ import (
 // connection may use as its source (Addr.Usable), for a route's PrefSrc:
 // global ones (ScopeUniverse, not IPv6 link-local) before the others, then
 // primary ones before secondary (in IPv6, temporary) ones, then lowest
-// first.
+// first. It returns addresses of every scope (host and link ones after the
+// global), each address once.
 func (v View) SourceAddrs(index uint32, f Family) []Addr {
 	var as []Addr
 	for a := range v.Addrs(index) {
@@ -45,7 +46,7 @@ func (a Addr) global() bool {
 // RoutesTo returns the routes of family FamilyOf(dst) in table t whose
 // destination is dst, whatever their source, TOS and metric: lowest metric
 // first (then by source and TOS), the order in which the kernel prefers
-// them.
+// them. Routes that share a key come in the kernel's order.
 func (v View) RoutesTo(t Table, dst netip.Prefix) []Route {
 	var rs []Route
 	for r := range v.Routes(FamilyOf(dst.Addr()), t) {
@@ -78,7 +79,10 @@ func (v View) RoutesOut(f Family, t Table, index uint32) []Route {
 // DefaultRoutes returns the default routes of family f in table t out of
 // link index (RoutesOut), or out of any link when index is 0: unicast
 // routes to 0.0.0.0/0 or ::/0 without a source prefix or TOS, lowest
-// metric first, the one the kernel uses.
+// metric first, the one the kernel uses. Two of them can share a key (an
+// IPv4 table may hold routes that differ only beyond it, `ip route
+// append`): a policy that copies them into one table copies the first
+// per metric, since a Desired holds one route per key.
 func (v View) DefaultRoutes(f Family, t Table, index uint32) []Route {
 	var rs []Route
 	for r := range v.Routes(f, t) {
