@@ -206,7 +206,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 			}
 			return nil
 		}
-		g.Go(func() { serveHTTP(ctx, ln, met, healthy, ready, log) })
+		g.Go(func() { serveHTTP(ctx, ln, defaultHTTPLimits(), met, healthy, ready, log) })
 	}
 	l.r.Run(ctx)
 	cancel()
