@@ -283,7 +283,7 @@ func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog
 		return err
 	}
 	defer ap.Close()
-	s, err := startOneShot(ctx, o, ap, func(line string) { fmt.Fprintln(stdout, line) }, log)
+	s, err := startOneShot(ctx, o, ap, func(line string) { fmt.Fprintln(stdout, terminalSafe(line)) }, log)
 	if err != nil {
 		return err
 	}
@@ -352,7 +352,7 @@ func runPlan(ctx context.Context, o options, stdout io.Writer, log *slog.Logger)
 		return err
 	}
 	for i, op := range ops {
-		fmt.Fprintf(stdout, "%-13s %s\n", opKindLabel(op), lines[i])
+		fmt.Fprintf(stdout, "%-13s %s\n", opKindLabel(op), terminalSafe(lines[i]))
 	}
 	return nil
 }
@@ -408,8 +408,8 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 			lines[i] = fmt.Sprintf("%v%s table %v mtu %d%s", o.peer, hop, rt.Table, mtus[i], src)
 		}
 	})
-	fmt.Fprintf(stdout, "unmarked:  %s\n", lines[0])
-	fmt.Fprintf(stdout, "mark %v: %s\n", o.policy.Mark, lines[1])
+	fmt.Fprintf(stdout, "unmarked:  %s\n", terminalSafe(lines[0]))
+	fmt.Fprintf(stdout, "mark %v: %s\n", o.policy.Mark, terminalSafe(lines[1]))
 	if ps := s.l.peers.Load(); o.policy.Peers && ps != nil && !ps.has(o.peer) {
 		return verifyNotPeer(stdout, o, unmarked)
 	}
@@ -429,11 +429,11 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 		problems = append(problems, fmt.Sprintf("marked traffic uses table %v too", marked.Table))
 	}
 	if len(problems) > 0 {
-		fmt.Fprintf(stdout, "FAIL: %s\n", strings.Join(problems, "; "))
+		fmt.Fprintf(stdout, "FAIL: %s\n", terminalSafe(strings.Join(problems, "; ")))
 		return errVerify
 	}
 	fmt.Fprintf(stdout, "ok: unmarked traffic to %v uses table %v at %s's MTU %d; marked traffic does not use table %v (MTU %d)\n",
-		o.peer, o.policy.Table, tun.Name, tun.MTU, o.policy.Table, mtus[1])
+		o.peer, o.policy.Table, terminalSafe(tun.Name), tun.MTU, o.policy.Table, mtus[1])
 	return nil
 }
 

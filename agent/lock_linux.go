@@ -193,7 +193,7 @@ func askHolder(name string) (h lockHolder, alive bool) {
 	}
 	if h.pid != 0 {
 		if comm, err := os.ReadFile("/proc/" + strconv.Itoa(int(h.pid)) + "/comm"); err == nil {
-			h.comm = strings.TrimSpace(string(comm))
+			h.comm = terminalSafe(strings.TrimSuffix(string(comm), "\n"))
 		}
 	}
 	c.SetReadDeadline(time.Now().Add(lockTimeout))
