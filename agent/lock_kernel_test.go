@@ -229,3 +229,36 @@ func TestParseLockName(t *testing.T) {
 		}
 	}
 }
+
+// Both ways of listing the lock sockets find one, the kernel's socket
+// diagnostics with its owner.
+func TestListLockSockets(t *testing.T) {
+	name := fmt.Sprintf("@marksplit/agent/table=4000000000/priority=4000000000/test%d", os.Getpid())
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	find := func(socks []lockSocket) (lockSocket, bool) {
+		for _, s := range socks {
+			if s.name == name {
+				return s, true
+			}
+		}
+		return lockSocket{}, false
+	}
+	socks, err := diagLockSockets()
+	if err != nil {
+		t.Fatalf("NETLINK_SOCK_DIAG: %v", err)
+	}
+	if s, ok := find(socks); !ok || !s.uidKnown || s.uid != uint32(os.Geteuid()) {
+		t.Errorf("NETLINK_SOCK_DIAG: %+v, %v; want %s owned by uid %d", s, ok, name, os.Geteuid())
+	}
+	socks, err = procLockSockets()
+	if err != nil {
+		t.Fatalf("/proc/net/unix: %v", err)
+	}
+	if _, ok := find(socks); !ok {
+		t.Errorf("/proc/net/unix: no %s in %+v", name, socks)
+	}
+}

@@ -103,7 +103,7 @@ func lockAgent(t netwatch.Table, p uint32) (*agentLock, error) {
 		if !ok || (table != uint64(t) && (!hasPrio || prio != uint64(p))) {
 			continue
 		}
-		if s.uid != 0 && s.uid != me {
+		if s.uidKnown && s.uid != 0 && s.uid != me {
 			l.ignored = append(l.ignored, fmt.Sprintf("%q (uid %d)", s.name, s.uid))
 			continue
 		}
@@ -111,6 +111,9 @@ func lockAgent(t netwatch.Table, p uint32) (*agentLock, error) {
 		switch {
 		case !alive:
 			continue // gone since the list
+		case h.uidKnown && h.uid != 0 && h.uid != me:
+			l.ignored = append(l.ignored, fmt.Sprintf("%q (uid %d)", s.name, h.uid))
+			continue
 		case h.marksplit && (h.since > since || h.since == since && s.name > name):
 			continue // it came after us, and yields
 		}
@@ -163,6 +166,8 @@ func parseLockName(name string) (table, prio uint64, hasPrio, ok bool) {
 // lockHolder is what a privileged lock socket's owner says of itself.
 type lockHolder struct {
 	pid       int32 // 0: in another PID namespace, or not known
+	uid       uint32
+	uidKnown  bool
 	comm      string
 	marksplit bool  // it answered as a marksplit does
 	since     int64 // when it took the lock (a legacy holder: 0)
@@ -187,7 +192,7 @@ func askHolder(name string) (h lockHolder, alive bool) {
 	if rc, err := c.(*net.UnixConn).SyscallConn(); err == nil {
 		rc.Control(func(fd uintptr) {
 			if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-				h.pid = cred.Pid
+				h.pid, h.uid, h.uidKnown = cred.Pid, cred.Uid, true
 			}
 		})
 	}
@@ -248,8 +253,9 @@ func heldMessage(t netwatch.Table, p uint32, table, prio uint64, hasPrio bool, h
 
 // lockSocket is a listening unix socket under lockPrefix and its owner.
 type lockSocket struct {
-	name string
-	uid  uint32
+	name     string
+	uid      uint32
+	uidKnown bool
 }
 
 // unix_diag (linux/unix_diag.h), which x/sys/unix lacks.
@@ -263,8 +269,22 @@ const (
 
 // listLockSockets lists the listening unix sockets of the network
 // namespace whose name begins with lockPrefix, each with its owner's uid,
-// from the kernel's socket diagnostics (which need no privilege).
+// from the kernel's socket diagnostics (which need no privilege); without
+// them (a kernel without unix_diag), from /proc/net/unix, which does not
+// say who owns a socket.
 func listLockSockets() ([]lockSocket, error) {
+	socks, err := diagLockSockets()
+	if err == nil {
+		return socks, nil
+	}
+	if socks, perr := procLockSockets(); perr == nil {
+		return socks, nil
+	}
+	return nil, err
+}
+
+// diagLockSockets is listLockSockets by NETLINK_SOCK_DIAG.
+func diagLockSockets() ([]lockSocket, error) {
 	c, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, nil)
 	if err != nil {
 		return nil, fmt.Errorf("list unix sockets: %w", err)
@@ -291,24 +311,35 @@ func listLockSockets() ([]lockSocket, error) {
 			continue
 		}
 		var s lockSocket
-		hasUID := false
 		for ad.Next() {
 			switch ad.Type() {
 			case unixDiagName:
 				if b := ad.Bytes(); len(b) > 0 && b[0] == 0 {
 					s.name = "@" + string(b[1:])
 				}
-			case unixDiagUID:
-				s.uid, hasUID = ad.Uint32(), true
+			case unixDiagUID: // since Linux 5.3; else SO_PEERCRED says
+				s.uid, s.uidKnown = ad.Uint32(), true
 			}
-		}
-		if !hasUID {
-			// A kernel before 5.3 does not say: take the socket
-			// for a privileged one, as the name alone was before.
-			s.uid = 0
 		}
 		if strings.HasPrefix(s.name, lockPrefix) {
 			socks = append(socks, s)
+		}
+	}
+	return socks, nil
+}
+
+// procLockSockets is listLockSockets by /proc/net/unix, whose lines end
+// in the flags (0x10000: listening), type, state, inode and name.
+func procLockSockets() ([]lockSocket, error) {
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		return nil, err
+	}
+	var socks []lockSocket
+	for l := range strings.Lines(string(b)) {
+		f := strings.Fields(l)
+		if len(f) >= 8 && f[3] == "00010000" && strings.HasPrefix(f[7], lockPrefix) {
+			socks = append(socks, lockSocket{name: f[7]})
 		}
 	}
 	return socks, nil
