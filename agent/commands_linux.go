@@ -142,11 +142,12 @@ func newWatcher(o options, log *slog.Logger) *netwatch.Watcher {
 
 // runAgent is `marksplit run`.
 func runAgent(ctx context.Context, o options, log *slog.Logger) error {
-	release, err := lockTable(o.policy.Table)
+	lock, err := lockAgent(o.policy.Table, o.policy.Priority)
 	if err != nil {
 		return err
 	}
-	defer release()
+	defer lock.release()
+	warnIgnoredLocks(lock, log)
 	srcs, err := newSources(o, log)
 	if err != nil {
 		return err
@@ -208,7 +209,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 			}
 			return nil
 		}
-		g.Go(func() { serveHTTP(ctx, ln, met, healthy, ready, log) })
+		g.Go(func() { serveHTTP(ctx, ln, defaultHTTPLimits(), met, healthy, ready, log) })
 	}
 	l.r.Run(ctx)
 	cancel()
@@ -269,15 +270,14 @@ func (s *oneShot) stop() {
 // runOnce is `marksplit once` and `marksplit cleanup`: passes until one
 // finds nothing to do, each change printed.
 func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog.Logger) error {
-	release, err := lockTable(o.policy.Table)
+	lock, err := lockAgent(o.policy.Table, o.policy.Priority)
+	var held *heldError
 	switch {
 	case err == nil:
-		defer release()
-	case o.cmd == cmdCleanup:
-		// Beside a running agent cleanup still does its work (as the
-		// uninstall does, once every agent runs with encryption off), but
-		// says that an agent still splitting puts it back at once.
-		fmt.Fprintf(stderr, "marksplit: note: %v; unless it runs with --encryption=off it puts back at once what cleanup removes: stop it first (docs/operations.md, \"Uninstall\": kubectl -n kube-system set env daemonset/marksplit MARKSPLIT_ENCRYPTION=off)\n", err)
+		defer lock.release()
+		warnIgnoredLocks(lock, log)
+	case o.cmd == cmdCleanup && errors.As(err, &held):
+		return cleanupBesideAgent(ctx, o, stderr, held, log)
 	default:
 		return err
 	}
@@ -286,7 +286,7 @@ func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog
 		return err
 	}
 	defer ap.Close()
-	s, err := startOneShot(ctx, o, ap, func(line string) { fmt.Fprintln(stdout, line) }, log)
+	s, err := startOneShot(ctx, o, ap, func(line string) { fmt.Fprintln(stdout, terminalSafe(line)) }, log)
 	if err != nil {
 		return err
 	}
@@ -296,21 +296,35 @@ func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog
 	return s.l.r.Once(ctx)
 }
 
-// runPlan is `marksplit plan`: the operations, one per line, kind first.
-func runPlan(ctx context.Context, o options, stdout io.Writer, log *slog.Logger) error {
+// cleanupBesideAgent is cleanup when a running agent holds the table or
+// the priority: it never removes anything there, as the agent would put it
+// back at once (and take the cleanup for a fight). It changes nothing and
+// succeeds when the agent has already removed everything (it runs with
+// --encryption=off, as the uninstall has it), and is refused otherwise.
+func cleanupBesideAgent(ctx context.Context, o options, stderr io.Writer, held *heldError, log *slog.Logger) error {
 	s, err := startOneShot(ctx, o, nil, func(string) {}, log)
 	if err != nil {
 		return err
 	}
 	defer s.stop()
-	var (
-		ops   []netwatch.Op
-		lines []string
-		ok    bool
-	)
+	ops, _, err := s.plan()
+	if err != nil {
+		return err
+	}
+	if len(ops) == 0 {
+		fmt.Fprintf(stderr, "marksplit: note: %v; it has nothing left that cleanup would remove\n", held)
+		return nil
+	}
+	return fmt.Errorf("%w; it would put back at once the %d routes and rules cleanup would remove, so nothing was removed: stop it first (docs/operations.md, \"Uninstall\": kubectl -n kube-system set env daemonset/marksplit MARKSPLIT_ENCRYPTION=off)", held, len(ops))
+}
+
+// plan is what a pass would do now (cleanup's pass, for cleanup); lines
+// describes each operation.
+func (s *oneShot) plan() (ops []netwatch.Op, lines []string, err error) {
+	ok := false
 	s.w.Read(func(v netwatch.View) {
 		var d reconcile.Desired
-		if d, ok = s.l.policy(v); !ok {
+		if d, ok = s.l.r.Policy(v); !ok {
 			return
 		}
 		if ops, err = reconcile.Plan(v, d); err != nil {
@@ -322,14 +336,36 @@ func runPlan(ctx context.Context, o options, stdout io.Writer, log *slog.Logger)
 	})
 	switch {
 	case err != nil:
-		return err
+		return nil, nil, err
 	case !ok:
-		return errNoPlan
+		return nil, nil, errNoPlan
+	}
+	return ops, lines, nil
+}
+
+// runPlan is `marksplit plan`: the operations, one per line, kind first.
+func runPlan(ctx context.Context, o options, stdout io.Writer, log *slog.Logger) error {
+	s, err := startOneShot(ctx, o, nil, func(string) {}, log)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	ops, lines, err := s.plan()
+	if err != nil {
+		return err
 	}
 	for i, op := range ops {
-		fmt.Fprintf(stdout, "%-13s %s\n", opKindLabel(op), lines[i])
+		fmt.Fprintf(stdout, "%-13s %s\n", opKindLabel(op), terminalSafe(lines[i]))
 	}
 	return nil
+}
+
+// warnIgnoredLocks warns of the lock sockets of unprivileged users the
+// claim passed over: someone tried to keep the agent from starting.
+func warnIgnoredLocks(l *agentLock, log *slog.Logger) {
+	if len(l.ignored) > 0 {
+		log.Warn("ignored lock sockets held by unprivileged users (only a marksplit run by root, or by this user, keeps a table or a priority): " + strings.Join(l.ignored, ", "))
+	}
 }
 
 // errNoPlan is the error of plan when the policy cannot tell.
@@ -379,8 +415,8 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 			lines[i] = fmt.Sprintf("%v %s table %v mtu %d%s", o.peer, hop, rt.Table, mtus[i], src)
 		}
 	})
-	fmt.Fprintf(stdout, "unmarked:  %s\n", lines[0])
-	fmt.Fprintf(stdout, "mark %v: %s\n", o.policy.Mark, lines[1])
+	fmt.Fprintf(stdout, "unmarked:  %s\n", terminalSafe(lines[0]))
+	fmt.Fprintf(stdout, "mark %v: %s\n", o.policy.Mark, terminalSafe(lines[1]))
 	if ps := s.l.peers.Load(); o.policy.Peers && ps != nil && !ps.has(o.peer) {
 		return verifyNotPeer(stdout, o, unmarked)
 	}
@@ -400,11 +436,11 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 		problems = append(problems, fmt.Sprintf("marked traffic uses table %v too", marked.Table))
 	}
 	if len(problems) > 0 {
-		fmt.Fprintf(stdout, "FAIL: %s\n", strings.Join(problems, "; "))
+		fmt.Fprintf(stdout, "FAIL: %s\n", terminalSafe(strings.Join(problems, "; ")))
 		return errVerify
 	}
 	fmt.Fprintf(stdout, "ok: unmarked traffic to %v uses table %v at %s's MTU %d; marked traffic does not use table %v (MTU %d)\n",
-		o.peer, o.policy.Table, tun.Name, tun.MTU, o.policy.Table, mtus[1])
+		o.peer, o.policy.Table, terminalSafe(tun.Name), tun.MTU, o.policy.Table, mtus[1])
 	return nil
 }
 

@@ -13,12 +13,13 @@ import (
 
 // One `run` per table and network namespace: a second one exits 1 with one
 // line naming the first, which goes on undisturbed; once refuses beside it;
-// cleanup works but says the agent puts things back, and how to stop it;
-// plan and verify still work.
+// cleanup refuses too, removing nothing, saying that the agent would put it
+// back and how to stop it; plan and verify still work.
 func TestKernelOneAgentPerTable(t *testing.T) {
 	s := newSeed(t, true)
 	a := s.start(t, append(seedArgs, "--metrics-addr=")...)
 	eventually(t, 5*time.Second, "split", func() error { return s.splitAt(t, 1355) })
+	eventually(t, 5*time.Second, "the agent converged", func() error { return a.logged(t, "rule 900: not fwmark 0xe00/0xf00 lookup 900") })
 
 	holder := fmt.Sprintf("kept by another marksplit (pid %d, marksplit)", a.cmd.Process.Pid)
 	for _, args := range [][]string{
@@ -26,22 +27,29 @@ func TestKernelOneAgentPerTable(t *testing.T) {
 		append([]string{"once"}, seedArgs...),
 	} {
 		stdout, stderr, code := s.command(t, args...)
-		if code != 1 || !strings.Contains(stderr, "table 900 in this network namespace is "+holder) || strings.Count(stderr, "\n") != 1 || stdout != "" {
+		if code != 1 || !strings.Contains(stderr, "table 900 and priority 900 in this network namespace are "+holder) || strings.Count(stderr, "\n") != 1 || stdout != "" {
 			t.Errorf("%s beside a running agent: exit %d, stdout %q, stderr %q; want exit 1 and one line naming it", args[0], code, stdout, stderr)
 		}
 	}
-	// cleanup does its work, says that the running agent puts it back and
-	// how to stop it, and the running agent does put it back.
-	_, stderr, code := s.command(t, "cleanup", "--prefix=10.0.0.0/16")
-	if code != 0 || !strings.Contains(stderr, holder) || !strings.Contains(stderr, "docs/operations.md") || !strings.Contains(stderr, "MARKSPLIT_ENCRYPTION=off") {
-		t.Errorf("cleanup beside a running agent: exit %d, stderr %q; want exit 0, the holder and how to stop it", code, stderr)
+	// cleanup refuses, removes nothing, and says that the running agent
+	// would put it back and how to stop it: no race with the agent.
+	before := len(a.messages(t))
+	stdout, stderr, code := s.command(t, "cleanup", "--prefix=10.0.0.0/16")
+	if code != 1 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, holder) ||
+		!strings.Contains(stderr, "would put back at once") || !strings.Contains(stderr, "docs/operations.md") || !strings.Contains(stderr, "MARKSPLIT_ENCRYPTION=off") {
+		t.Errorf("cleanup beside a running agent: exit %d, stdout %q, stderr %q; want exit 1 and one line naming the holder, saying it would put it back and how to stop it", code, stdout, stderr)
 	}
-	eventually(t, time.Second, "the split back after the cleanup", func() error { return s.splitAt(t, 1355) })
+	if err := s.splitAt(t, 1355); err != nil {
+		t.Errorf("after a refused cleanup: %v", err)
+	}
 	if stdout, stderr, code := s.command(t, append([]string{"plan"}, seedArgs...)...); code != 0 || stdout != "" {
 		t.Errorf("plan beside a running agent: exit %d, stdout %q, stderr %q; want exit 0 and nothing to do", code, stdout, stderr)
 	}
 	if stdout, stderr, code := s.command(t, "verify", "--peer=10.0.0.9", "--prefix=10.0.0.0/16"); code != 0 {
 		t.Errorf("verify beside a running agent: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if after := a.messages(t)[before:]; len(after) != 0 {
+		t.Errorf("the agent logged %q beside cleanup, plan and verify; want nothing (no change, no fight)", after)
 	}
 	// The first agent was not disturbed: it still repairs.
 	s.ns.IP(t, "rule", "del", "pref", "900")

@@ -61,7 +61,10 @@
 // marksplit works in the network namespace it runs in (hostNetwork in the
 // DaemonSet; `ip netns exec NS marksplit …` for tests and the demo). The
 // fragmentation counters it exports come from that namespace's
-// /proc/net/snmp.
+// /proc/net/snmp. One run (or once, or cleanup) per table and per priority
+// in a namespace: each claims an abstract unix socket of its own, and a
+// privileged one already there for the same table or priority keeps them
+// (lock_linux.go); cleanup beside a running agent removes nothing.
 //
 // # Debugging
 //

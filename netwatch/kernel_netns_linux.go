@@ -5,6 +5,7 @@ package netwatch
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 	"golang.org/x/sys/unix"
@@ -25,12 +26,28 @@ const nsGetNSType = 0xb703
 
 // OpenNetNS opens the network namespace at path. It fails, at once, on a
 // path that is not a network namespace (another kind of namespace, a
-// regular file), rather than leaving a program to hang or to watch the
-// wrong namespace. Entering another namespace needs CAP_SYS_ADMIN; the
+// regular file, a directory, a FIFO or a device), rather than leaving a
+// program to hang or to watch the wrong namespace: path is first opened
+// with O_PATH, which opens nothing, and only a file of nsfs is then opened
+// for reading. Entering another namespace needs CAP_SYS_ADMIN; the
 // process's own (/proc/self/ns/net, or a /run/netns name for it) needs no
 // privilege: its sockets are opened where they would be without NetNS.
 func OpenNetNS(path string) (*NetNS, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	pfd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("netwatch: open network namespace %s: %w", path, err)
+	}
+	defer unix.Close(pfd)
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(pfd, &fs); err != nil {
+		return nil, fmt.Errorf("netwatch: network namespace %s: %w", path, err)
+	}
+	if fs.Type != unix.NSFS_MAGIC {
+		return nil, fmt.Errorf("netwatch: %s is not a namespace (%s)", path, fileKind(pfd))
+	}
+	// Reopen the very file the O_PATH descriptor holds: an ioctl and
+	// setns need a descriptor opened for reading.
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("netwatch: open network namespace %s: %w", path, err)
 	}
@@ -47,6 +64,29 @@ func OpenNetNS(path string) (*NetNS, error) {
 		return nil, fmt.Errorf("netwatch: %s is a namespace, but not a network namespace", path)
 	}
 	return rtnl.OpenedNetNS(fd, sameFile(fd, "/proc/self/ns/net")), nil
+}
+
+// fileKind names the kind of file fd is, for an error.
+func fileKind(fd int) string {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil {
+		return "not a file of nsfs"
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "a regular file"
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	}
+	return "not a file of nsfs"
 }
 
 // sameFile reports whether fd is the file at path (namespaces are files

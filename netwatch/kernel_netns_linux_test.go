@@ -5,11 +5,13 @@ package netwatch
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
+	"golang.org/x/sys/unix"
 )
 
 // TestOpenNetNS: a network namespace opens; other namespaces, files and
@@ -25,19 +27,53 @@ func TestOpenNetNS(t *testing.T) {
 	if ns.FD() < 0 || ns.Close() != nil || ns.Close() != nil {
 		t.Errorf("fd %d, or Close failed", ns.FD())
 	}
-	f, err := os.CreateTemp(t.TempDir(), "notns")
+	dir := t.TempDir()
+	f, err := os.CreateTemp(dir, "notns")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
+	// A FIFO with no writer blocks an open for reading forever; so does a
+	// symlink to one.
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifoLink := filepath.Join(dir, "fifo-link")
+	if err := os.Symlink(fifo, fifoLink); err != nil {
+		t.Fatal(err)
+	}
 	for path, want := range map[string]string{
 		"/proc/self/ns/mnt": "is a namespace, but not a network namespace",
-		f.Name():            "is not a namespace",
+		f.Name():            "is not a namespace (a regular file)",
+		dir:                 "is not a namespace (a directory)",
+		fifo:                "is not a namespace (a FIFO)",
+		fifoLink:            "is not a namespace (a FIFO)",
 		"/nonexistent/ns":   "no such file or directory",
 	} {
-		if _, err := OpenNetNS(path); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("OpenNetNS(%s): %v, want an error saying %q", path, err, want)
+		done := make(chan error, 1)
+		go func() {
+			ns, err := OpenNetNS(path)
+			if err == nil {
+				ns.Close()
+			}
+			done <- err
+		}()
+		timer := time.NewTimer(5 * time.Second)
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("OpenNetNS(%s): %v, want an error saying %q", path, err, want)
+			}
+		case <-timer.C:
+			t.Errorf("OpenNetNS(%s) still blocks after 5s; want an error saying %q at once", path, want)
+			// Unblock the open (a writer ends a FIFO's wait for one).
+			if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				<-done
+				w.Close()
+			}
 		}
+		timer.Stop()
 	}
 }
 
