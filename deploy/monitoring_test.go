@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -36,20 +35,12 @@ import (
 
 const monitoringDir = "monitoring"
 
-// The alerts of issue 17, and the metrics their expressions may use (the agent's; see
-// agent/metrics_linux.go).
-var (
-	wantAlerts = []string{
-		"MarksplitNotReady", "MarksplitFight", "MarksplitResyncOverflow",
-		"MarksplitTunnelLinkMissing", "MarksplitHostFragmentation",
-	}
-	agentMetrics = map[string]bool{
-		"marksplit_ready": true, "marksplit_fight_in_progress": true, "marksplit_fights_total": true,
-		"marksplit_resyncs_total": true, "marksplit_tunnel_link_present": true,
-		"marksplit_encryption_mode": true, "marksplit_split_active": true,
-		"marksplit_host_ip_frag_oks_total": true,
-	}
-)
+// The alerts of issue 17. The metrics their expressions may use are the agent's:
+// loadAgentMetrics.
+var wantAlerts = []string{
+	"MarksplitNotReady", "MarksplitFight", "MarksplitResyncOverflow",
+	"MarksplitTunnelLinkMissing", "MarksplitHostFragmentation",
+}
 
 // monitoringDecoder is strictDecoder with the Prometheus operator's types too.
 func monitoringDecoder() runtime.Decoder {
@@ -110,7 +101,7 @@ func TestMonitoringRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	metricRE := regexp.MustCompile(`\bmarksplit_[a-z0-9_]+`)
+	agentMetrics := loadAgentMetrics(t)
 	var got []string
 	for _, r := range pr.Spec.Groups[0].Rules {
 		got = append(got, r.Alert)
@@ -125,7 +116,7 @@ func TestMonitoringRule(t *testing.T) {
 				t.Errorf("severity %q, want warning", r.Labels["severity"])
 			}
 			expr := r.Expr.String()
-			for _, m := range metricRE.FindAllString(expr, -1) {
+			for _, m := range metricNames(expr) {
 				if !agentMetrics[m] {
 					t.Errorf("expression uses %s, which the agent does not export", m)
 				}
@@ -152,7 +143,7 @@ func TestMonitoringRule(t *testing.T) {
 
 // TestMonitoringComponent decodes the component's kustomization strictly and renders deploy/
 // with the component the way an overlay would, checking that it adds exactly the
-// PrometheusRule and changes nothing else.
+// PrometheusRule and the dashboard's ConfigMap, and changes nothing else.
 func TestMonitoringComponent(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(monitoringDir, "kustomization.yaml"))
 	if err != nil {
@@ -183,7 +174,7 @@ func TestMonitoringComponent(t *testing.T) {
 	for _, f := range append([]string{"kustomization.yaml"}, base.Resources...) {
 		copyInto(t, fs, f, "/repo/deploy/"+f)
 	}
-	for _, f := range []string{"kustomization.yaml", "prometheusrule.yaml"} {
+	for _, f := range []string{"kustomization.yaml", "prometheusrule.yaml", "dashboard.json"} {
 		copyInto(t, fs, filepath.Join(monitoringDir, f), "/repo/deploy/monitoring/"+f)
 	}
 	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../deploy\ncomponents:\n  - ../deploy/monitoring\n"
@@ -208,6 +199,7 @@ func TestMonitoringComponent(t *testing.T) {
 	}
 	plain, with := render("/repo/deploy"), render("/repo/overlay")
 	var rule *monv1.PrometheusRule
+	var dash *corev1.ConfigMap
 	var rest []runtime.Object
 	for _, o := range with {
 		if pr, ok := o.(*monv1.PrometheusRule); ok {
@@ -217,8 +209,13 @@ func TestMonitoringComponent(t *testing.T) {
 			rule = pr
 			continue
 		}
+		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == dashboardConfigMap {
+			dash = cm
+			continue
+		}
 		rest = append(rest, o)
 	}
+	checkDashboardConfigMap(t, dash)
 	if rule == nil || rule.Name != name || rule.Namespace != namespace {
 		t.Fatalf("rendered PrometheusRule %v, want %s/%s", rule, namespace, name)
 	}
