@@ -10,9 +10,12 @@
 // from the downward API, resource bounds and a gentle rolling update.
 //
 // monitoring/ is an optional kustomize component: a PrometheusRule with the
-// agent's alerts. Its tests decode it strictly into the Prometheus operator's
-// types, render it on top of deploy/, and run `promtool check rules` and
-// `promtool test rules` (monitoring/testdata/alerts_test.yaml); promtool comes
+// agent's alerts, and a Grafana dashboard in a ConfigMap for Grafana's sidecar.
+// Its tests decode the rule strictly into the Prometheus operator's types,
+// render the component on top of deploy/, and run `promtool check rules` and
+// `promtool test rules` (monitoring/testdata/alerts_test.yaml); the
+// dashboard's queries go through `promtool check rules` too, and may name only
+// the metrics of ../agent/testdata/metrics.txt (the agent's list). promtool comes
 // from PATH, or is unpacked from Debian's prometheus package into
 // $MARKSPLIT_CACHE (never installed: its init script would start a server).
 //

@@ -31,7 +31,7 @@ import (
 // The monitoring component: deploy/monitoring holds a PrometheusRule, tested here three
 // ways: decoded strictly into the Prometheus operator's types, rendered with kustomize on
 // top of deploy/, and run through promtool (check rules, and the unit tests of
-// monitoring/testdata/alerts_test.yaml).
+// monitoring/testdata/alerts_test.yaml). Its dashboard is tested in dashboard_test.go.
 
 const monitoringDir = "monitoring"
 
