@@ -588,3 +588,49 @@ func loadRoutes(b *testing.B, s *seed, n int) {
 	b.Helper()
 	s.ns.AddRoutes(b, n, "10.0.0.1", "enp7s0")
 }
+
+// BenchmarkKernelUnderlayMTUToggle changes the underlay's MTU back and
+// forth every 20 ms for 5 s (MARKSPLIT_BENCH_TOGGLE) with 100,000 routes
+// through it that the split selects (--underlay-link), so that every change
+// makes the agent re-derive and re-plan the whole table, and reports the
+// agent's CPU over that time and until it is idle again, as a share of the
+// wall time: what a program toggling an MTU costs the agent (issue 22: 160 ms
+// a change, without limit; a pass's policy and plan now space the passes
+// after them to a fifth of a CPU).
+func BenchmarkKernelUnderlayMTUToggle(b *testing.B) {
+	toggle := envDuration(b, "MARKSPLIT_BENCH_TOGGLE", 5*time.Second)
+	n := envInt(b, "MARKSPLIT_BENCH_TOGGLE_ROUTES", 100000)
+	s := newSeed(b, true)
+	loadRoutes(b, s, n)
+	for _, ag := range benchAgents(b) {
+		b.Run(fmt.Sprintf("routes=%d/agent=%s", n, ag.name), func(b *testing.B) {
+			for range b.N {
+				a := s.startBin(b, ag.bin, "--underlay-link=enp7s0", "--encryption=on", "--metrics-addr=")
+				eventually(b, 60*time.Second, "split", func() error { return s.splitAt(b, 1355) })
+				pid := a.cmd.Process.Pid
+				waitIdle(b, pid)
+				_, run0 := cpuTime(b, pid)
+				start := time.Now()
+				changes := 0
+				for time.Since(start) < toggle {
+					s.ns.IP(b, "link", "set", "enp7s0", "mtu", strconv.Itoa(1440+10*(changes%2)))
+					changes++
+					time.Sleep(20 * time.Millisecond) // the pace of the changes
+				}
+				waitIdle(b, pid)
+				wall := time.Since(start)
+				_, run1 := cpuTime(b, pid)
+				if code, _ := a.stop(b, syscall.SIGTERM); code != 0 {
+					b.Fatalf("agent exit %d", code)
+				}
+				s.ns.IP(b, "link", "set", "enp7s0", "mtu", "1450")
+				cpu := time.Duration(run1 - run0)
+				b.ReportMetric(float64(cpu.Milliseconds()), "cpu-ms")
+				b.ReportMetric(cpu.Seconds()/wall.Seconds(), "cpu-share")
+				b.ReportMetric(0, "ns/op")
+				b.Logf("%d routes, %d MTU changes in %v: agent CPU %v until idle after %v (%.2f of a CPU)",
+					n, changes, toggle, cpu.Round(time.Millisecond), wall.Round(time.Millisecond), cpu.Seconds()/wall.Seconds())
+			}
+		})
+	}
+}

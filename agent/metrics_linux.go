@@ -25,6 +25,7 @@ import (
 type metrics struct {
 	reg      *prometheus.Registry
 	passes   *prometheus.CounterVec
+	took     prometheus.Histogram
 	changes  *prometheus.CounterVec
 	failed   *prometheus.CounterVec
 	fights   prometheus.Counter
@@ -47,6 +48,12 @@ func newMetrics(w *netwatch.Watcher, cfg mtupolicy.Config, requests func() map[s
 			Name: "marksplit_passes_total",
 			Help: "Reconcile passes, by result: unchanged, changed, failed, deferred (an object's changes rate-limited, as in a fight), waiting (cache not synced or encryption mode unknown).",
 		}, []string{"result"}),
+		took: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "marksplit_pass_duration_seconds",
+			Help: "How long a reconcile pass took, from the cache's change to the kernel's answers: policy, plan and apply, for the passes that had something to do or failed.",
+			// From a repair (~0.5 ms) to a 100,000-route table (~1 s).
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
+		}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "marksplit_changes_total",
 			Help: "Kernel changes applied, by kind: route-replace, route-delete, rule-add, rule-delete, route-repair.",
@@ -86,7 +93,7 @@ func newMetrics(w *netwatch.Watcher, cfg mtupolicy.Config, requests func() map[s
 		m.passes.WithLabelValues(r)
 	}
 	m.setMode(mtupolicy.ModeUnknown)
-	m.reg.MustRegister(m.passes, m.changes, m.failed, m.fights, m.fighting, m.mode, m.ready, m.lastGood,
+	m.reg.MustRegister(m.passes, m.took, m.changes, m.failed, m.fights, m.fighting, m.mode, m.ready, m.lastGood,
 		&scrapeCollector{w: w, cfg: cfg, requests: requests, snmp: snmp, m: m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -134,6 +141,9 @@ func (m *metrics) pass(p reconcile.Pass, converged bool) {
 		return
 	}
 	m.passes.WithLabelValues(passResult(p)).Inc()
+	if p.Planned && (len(p.Applied)+len(p.Failed) > 0 || p.Err != nil) {
+		m.took.Observe(p.Took.Seconds())
+	}
 	for _, op := range p.Failed {
 		m.failed.WithLabelValues(opKindLabel(op)).Inc()
 	}

@@ -122,6 +122,9 @@ type Pass struct {
 	// Err is why the pass failed: a refused operation, or a Desired that
 	// Plan rejects (see PlanError).
 	Err error
+	// Took is how long the pass took: policy, plan and the kernel's
+	// answers.
+	Took time.Duration
 }
 
 // Fight is an episode of another program undoing what the Reconciler made,
@@ -431,6 +434,7 @@ func (l *loop) next(p Pass) time.Time {
 func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan struct{}) {
 	now := time.Now()
 	l.lastPass = now
+	defer func() { p.Took = time.Since(now) }()
 	p, pl := l.plan(now)
 	l.lastPlan = time.Since(now)
 	ops, changed := pl.ops, pl.changed
