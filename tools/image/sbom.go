@@ -44,7 +44,7 @@ type (
 	spdxPackage struct {
 		SPDXID                string            `json:"SPDXID"`
 		Name                  string            `json:"name"`
-		VersionInfo           string            `json:"versionInfo"`
+		VersionInfo           string            `json:"versionInfo,omitempty"`
 		DownloadLocation      string            `json:"downloadLocation"`
 		FilesAnalyzed         bool              `json:"filesAnalyzed"`
 		PrimaryPackagePurpose string            `json:"primaryPackagePurpose,omitempty"`
@@ -77,8 +77,8 @@ func spdxID(kind, name string) string {
 }
 
 // purl is the package URL of a Go module (github.com/package-url/purl-spec,
-// type golang): the path's segments stay, the version is escaped as a
-// qualifier-free version.
+// type golang): the module path as namespace and name, then the version
+// with its '+' (as in +incompatible) percent-encoded.
 func purl(path, version string) string {
 	return "pkg:golang/" + path + "@" + strings.ReplaceAll(version, "+", "%2B")
 }
