@@ -104,6 +104,8 @@ lint:
 	cd test/image && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd test/wireguard && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	@echo "== actionlint .github/workflows (tools/actionlint pins it; shellcheck checks run: scripts when installed)"
+	cd tools/actionlint && $(GO) tool actionlint -no-color $(addprefix ../../,$(wildcard .github/workflows/*.yml))
 
 demo:
 	scripts/demo.sh
@@ -111,6 +113,9 @@ demo:
 # The agent's image, without a container daemon and without pulling
 # anything: the release binaries on an empty base, an OCI index for
 # linux/amd64 and linux/arm64, as an OCI image-layout archive (tools/image).
+# Beside each image, an SPDX SBOM of its binary (every Go module and version
+# of its build info) as an OCI artifact whose subject is that image.
+# .github/workflows/release.yml pushes it on a tag (docs/operations.md).
 image: release
 	cd tools/image && $(GO) run . -out $(CURDIR)/bin/marksplit-image.tar \
 	  -version $(VERSION) -revision $(REVISION) -source $(SOURCE) -epoch $(SOURCE_DATE_EPOCH) \

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -115,10 +116,16 @@ func (l layoutArchive) image(osName, arch string) (manifestJSON, imageConfig, er
 	if err := json.Unmarshal(l["index.json"], &top); err != nil {
 		return manifestJSON{}, imageConfig{}, fmt.Errorf("index.json: %w", err)
 	}
+	// index.json names the image index (tools/image tags it) and, after
+	// it, the SBOM artifacts that refer to its images: follow the index.
 	manifests := top.Manifests
-	for len(manifests) == 1 && manifests[0].MediaType == mediaIndex {
+	for {
+		i := slices.IndexFunc(manifests, func(d descriptor) bool { return d.MediaType == mediaIndex })
+		if i < 0 {
+			break
+		}
 		var idx indexJSON
-		if err := l.decode(manifests[0], &idx); err != nil {
+		if err := l.decode(manifests[i], &idx); err != nil {
 			return manifestJSON{}, imageConfig{}, err
 		}
 		manifests = idx.Manifests

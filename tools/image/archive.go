@@ -32,9 +32,14 @@ func sha256Of(data []byte) v1.Hash {
 }
 
 // writeArchive writes idx as an OCI image layout in a tar archive at path:
-// oci-layout, index.json (one entry: idx, tagged m.version), and every blob
-// idx reaches. It returns a summary for people.
-func writeArchive(path string, m meta, idx v1.ImageIndex) (string, error) {
+// oci-layout, index.json, and every blob idx reaches. index.json's first
+// entry is idx, tagged m.version; after it, for each image of idx whose
+// platform ("os/arch") sboms has, an untagged OCI artifact (artifactType
+// application/spdx+json) whose subject is that image's manifest and whose
+// one layer is the SBOM: a referrer, as `oras attach --oci-layout` would
+// add it, which `oras discover --oci-layout` and `oras cp -r` find. It
+// returns a summary for people.
+func writeArchive(path string, m meta, idx v1.ImageIndex, sboms map[string][]byte) (string, error) {
 	b := blobs{}
 	var summary strings.Builder
 	rawIdx, err := idx.RawManifest()
@@ -47,6 +52,7 @@ func writeArchive(path string, m meta, idx v1.ImageIndex) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	var referrers []v1.Descriptor
 	for _, desc := range im.Manifests {
 		img, err := idx.Image(desc.Digest)
 		if err != nil {
@@ -56,13 +62,22 @@ func writeArchive(path string, m meta, idx v1.ImageIndex) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&summary, "  %-12s %s\n", desc.Platform.OS+"/"+desc.Platform.Architecture, line)
+		plat := desc.Platform.OS + "/" + desc.Platform.Architecture
+		fmt.Fprintf(&summary, "  %-12s %s\n", plat, line)
+		if sbom, ok := sboms[plat]; ok {
+			ref, err := addSBOM(b, m, desc, plat, sbom)
+			if err != nil {
+				return "", err
+			}
+			referrers = append(referrers, ref)
+			fmt.Fprintf(&summary, "  %-12s SBOM %s (SPDX 2.3, %d bytes), referrer %s\n", "", sha256Of(sbom), len(sbom), ref.Digest)
+		}
 	}
 
 	top := v1.IndexManifest{
 		SchemaVersion: 2,
 		MediaType:     types.OCIImageIndex,
-		Manifests: []v1.Descriptor{{
+		Manifests: append([]v1.Descriptor{{
 			MediaType: types.OCIImageIndex,
 			Digest:    idxDigest,
 			Size:      int64(len(rawIdx)),
@@ -70,7 +85,7 @@ func writeArchive(path string, m meta, idx v1.ImageIndex) (string, error) {
 				"org.opencontainers.image.ref.name": m.version,
 				"io.containerd.image.name":          "marksplit:" + m.version,
 			},
-		}},
+		}}, referrers...),
 	}
 	indexJSON, err := json.Marshal(top)
 	if err != nil {
@@ -82,6 +97,55 @@ func writeArchive(path string, m meta, idx v1.ImageIndex) (string, error) {
 	}
 	return fmt.Sprintf("%s: OCI image layout, %.1f MB, index %s tagged %s\n%s",
 		path, float64(size)/1e6, idxDigest, m.version, summary.String()), nil
+}
+
+// The OCI empty descriptor: the config of an artifact that has none.
+var emptyJSON = []byte("{}")
+
+// addSBOM adds to b an OCI artifact manifest that carries sbom and refers
+// to the image manifest subject, and returns its descriptor for index.json.
+func addSBOM(b blobs, m meta, subject v1.Descriptor, plat string, sbom []byte) (v1.Descriptor, error) {
+	emptyDigest := sha256Of(emptyJSON)
+	b[emptyDigest] = emptyJSON
+	sbomDigest := sha256Of(sbom)
+	b[sbomDigest] = sbom
+	name := "marksplit-" + strings.ReplaceAll(plat, "/", "-") + ".spdx.json"
+	annotations := map[string]string{
+		"org.opencontainers.image.created": m.created.UTC().Format("2006-01-02T15:04:05Z"),
+		"org.opencontainers.image.title":   name,
+	}
+	manifest := v1.Manifest{
+		SchemaVersion: 2,
+		MediaType:     types.OCIManifestSchema1,
+		ArtifactType:  spdxMediaType,
+		Config: v1.Descriptor{
+			MediaType: "application/vnd.oci.empty.v1+json",
+			Digest:    emptyDigest,
+			Size:      int64(len(emptyJSON)),
+			Data:      emptyJSON,
+		},
+		Layers: []v1.Descriptor{{
+			MediaType:   spdxMediaType,
+			Digest:      sbomDigest,
+			Size:        int64(len(sbom)),
+			Annotations: map[string]string{"org.opencontainers.image.title": name},
+		}},
+		Subject:     &v1.Descriptor{MediaType: subject.MediaType, Digest: subject.Digest, Size: subject.Size},
+		Annotations: annotations,
+	}
+	raw, err := json.Marshal(manifest)
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	digest := sha256Of(raw)
+	b[digest] = raw
+	return v1.Descriptor{
+		MediaType:    types.OCIManifestSchema1,
+		ArtifactType: spdxMediaType,
+		Digest:       digest,
+		Size:         int64(len(raw)),
+		Annotations:  annotations,
+	}, nil
 }
 
 // addImage adds img's manifest, config and layers to b and describes it.

@@ -83,8 +83,12 @@ func build(t *testing.T, m meta, pbs []platformBinary) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sboms, err := buildSBOMs(m, pbs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(t.TempDir(), "image.tar")
-	if _, err := writeArchive(out, m, idx); err != nil {
+	if _, err := writeArchive(out, m, idx, sboms); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(out)
@@ -156,8 +160,14 @@ func TestArchive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(topManifest.Manifests) != 1 {
-		t.Fatalf("index.json has %d entries, want 1 (the image index)", len(topManifest.Manifests))
+	// The image index, then one SBOM referrer per platform (sbom_test.go).
+	if len(topManifest.Manifests) != 3 {
+		t.Fatalf("index.json has %d entries, want 3 (the image index and two SBOMs)", len(topManifest.Manifests))
+	}
+	for _, d := range topManifest.Manifests[1:] {
+		if d.ArtifactType != spdxMediaType || d.Annotations["org.opencontainers.image.ref.name"] != "" {
+			t.Errorf("index.json entry %s: artifactType %q, annotations %v; want an untagged %s", d.Digest, d.ArtifactType, d.Annotations, spdxMediaType)
+		}
 	}
 	if got := topManifest.Manifests[0].Annotations["org.opencontainers.image.ref.name"]; got != m.version {
 		t.Errorf("index.json ref.name = %q, want %q", got, m.version)

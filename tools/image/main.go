@@ -13,7 +13,13 @@
 // timestamp — the layer's files, the config's created and history — is
 // -epoch (SOURCE_DATE_EPOCH: the commit's time), and the archive itself is
 // written in a fixed order with fixed metadata, so the same binaries and
-// flags give the same bytes. deploy/Dockerfile builds the same image with
+// flags give the same bytes.
+//
+// Beside each image the layout holds its SBOM: an SPDX 2.3 JSON document
+// made from the binary's Go build info (every module and version linked in,
+// sbom.go), carried by an OCI artifact (artifactType application/spdx+json)
+// whose subject is that image's manifest, listed in index.json after the
+// tagged index. deploy/Dockerfile builds the same image with
 // Docker; dockerfile_test.go keeps the two in step.
 //
 // It is a module of its own (go-containerregistry builds the images and the
@@ -82,7 +88,12 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "image: %v\n", err)
 		return 1
 	}
-	sum, err := writeArchive(*out, m, idx)
+	sboms, err := buildSBOMs(m, bins)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "image: %v\n", err)
+		return 1
+	}
+	sum, err := writeArchive(*out, m, idx, sboms)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "image: %v\n", err)
 		return 1
