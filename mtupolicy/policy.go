@@ -177,8 +177,9 @@ func (c Config) rule(f netwatch.Family) netwatch.Rule {
 func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *reconcile.Desired) {
 	mains := c.candidates(v, f)
 
-	var split, rest []netwatch.Route
-	keys := make(map[netwatch.RouteKey]bool)
+	split := make([]netwatch.Route, 0, len(mains))
+	var rest []netwatch.Route
+	keys := make(map[netwatch.RouteKey]bool, len(mains))
 	for _, r := range mains {
 		out, ok := c.selects(v, r, tun)
 		if !ok {
@@ -254,9 +255,16 @@ func (c Config) candidates(v netwatch.View, f netwatch.Family) []netwatch.Route 
 		}
 	}
 	if c.UnderlayLink != "" {
+		// Every main route is a candidate: sized once, and the first
+		// route of each key is the one the table yields first.
+		mains = make([]netwatch.Route, 0, v.RouteCount(f))
+		var last netwatch.RouteKey
 		for r := range v.Routes(f, netwatch.TableMain) {
-			add(r)
+			if k := r.Key(); len(mains) == 0 || k != last {
+				mains, last = append(mains, r), k
+			}
 		}
+		return mains // in the table's order, which Plan does not depend on
 	} else {
 		for _, p := range c.Prefixes {
 			if netwatch.FamilyOf(p.Addr()) != f {

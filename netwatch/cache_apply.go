@@ -89,8 +89,15 @@ func (s *state) applyLink(ev *change) (changed bool, redump redumps) {
 		return true, redump
 	}
 	s.links[idx] = ev.Link
-	if had && (old.Flags != ev.Link.Flags || old.MTU != ev.Link.MTU || old.OperState != ev.Link.OperState) {
+	switch {
+	case !had:
+	case old.Flags != ev.Link.Flags || old.OperState != ev.Link.OperState:
 		s.redumpOut(&redump, idx)
+	case old.MTU != ev.Link.MTU:
+		// The kernel changes IPv6 routes' MTUs with their link's; an IPv4
+		// route keeps its own (checked on 6.18): a program toggling a
+		// link's MTU costs no dump of the IPv4 routes through it.
+		s.redumpOutFamily(&redump, idx, fi(IPv6))
 	}
 	return !had || old != ev.Link, redump
 }
@@ -99,11 +106,16 @@ func (s *state) applyLink(ev *change) (changed bool, redump redumps) {
 // re-dump if the cache has any.
 func (s *state) redumpOut(redump *redumps, index uint32) {
 	for f := range s.tables {
-		for _, tb := range s.tables[f] {
-			if tb.usesLink(index) {
-				redump.addOut(f, index)
-				break
-			}
+		s.redumpOutFamily(redump, index, f)
+	}
+}
+
+// redumpOutFamily is redumpOut for one family (an index of s.tables).
+func (s *state) redumpOutFamily(redump *redumps, index uint32, f int) {
+	for _, tb := range s.tables[f] {
+		if tb.usesLink(index) {
+			redump.addOut(f, index)
+			return
 		}
 	}
 }

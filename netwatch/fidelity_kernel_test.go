@@ -161,7 +161,7 @@ func TestKernelRouteAttributes(t *testing.T) {
 				t.Errorf("repaired:\n got %s\nwant %s", after, want)
 			}
 			got := cachedRoute(t, w, tt.fam, tt.table, tt.dst)
-			if !nltestPoll(func() bool {
+			if !pollFor(func() bool {
 				got = cachedRoute(t, w, tt.fam, tt.table, tt.dst)
 				return got.Equal(fix)
 			}) {
@@ -209,7 +209,7 @@ func TestKernelRuleAttributes(t *testing.T) {
 			show := []string{fam, "-d", "rule", "show", "pref", itoa(tt.prio)}
 			before := ns.ipLine(t, show...)
 			var r Rule
-			if !nltestPoll(func() bool {
+			if !pollFor(func() bool {
 				found := false
 				f := IPv4
 				if fam == "-6" {
@@ -247,8 +247,8 @@ func TestKernelRuleAttributes(t *testing.T) {
 	}
 }
 
-// nltestPoll calls cond until it is true or 5 seconds have passed.
-func nltestPoll(cond func() bool) bool {
+// pollFor calls cond until it is true or 5 seconds have passed.
+func pollFor(cond func() bool) bool {
 	deadline := time.Now().Add(5 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {

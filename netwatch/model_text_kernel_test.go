@@ -102,3 +102,46 @@ func TestKernelText(t *testing.T) {
 		t.Errorf("rules: Rule.String differs from `ip rule show` (-ip +netwatch):\n%s", diff)
 	}
 }
+
+// TestKernelLinkMTUChange: a link's MTU going down and up changes the MTU
+// of the IPv6 routes through it without an event, and of no IPv4 route;
+// after each change the cache equals what ip(8) shows, and only IPv6's
+// routes out of the link were dumped again (one link-routes re-dump per
+// change), so that a program toggling an MTU costs no dump of a large IPv4
+// table.
+func TestKernelLinkMTUChange(t *testing.T) {
+	ns, w, _ := fidelityNS(t)
+	for _, cmd := range []string{
+		"route add 10.7.0.0/16 via 10.0.0.1 dev eth0 table 900 mtu 1400",
+		"route add 10.8.0.0/16 via 10.0.0.1 dev eth0 table 900",
+		"-6 route add fd07::/64 via fd00::1 dev eth0 table 900 mtu 1400",
+		"-6 route add fd08::/64 via fd00::1 dev eth0 table 900",
+	} {
+		ns.ip(t, strings.Fields(cmd)...)
+	}
+	cacheText := func() []string {
+		var got []string
+		w.Read(func(v View) {
+			for _, r := range v.Snapshot().Routes {
+				got = append(got, textNorm(r.Describe(v.Link)))
+			}
+		})
+		slices.Sort(got)
+		return got
+	}
+	for i, mtu := range []string{"1300", "1500", "1280", "1500"} {
+		before := w.Stats().Resyncs
+		ns.ip(t, "link", "set", "eth0", "mtu", mtu)
+		want := slices.Concat(ns.ipLines(t, "-4", "route", "show", "table", "all"), ns.ipLines(t, "-6", "route", "show", "table", "all"))
+		slices.Sort(want)
+		var diff string
+		if !pollFor(func() bool { diff = gocmp.Diff(want, cacheText()); return diff == "" }) {
+			t.Fatalf("mtu %s: the cache differs from ip (-ip +netwatch):\n%s", mtu, diff)
+		}
+		after := w.Stats().Resyncs
+		if n := after["link-routes"] - before["link-routes"]; n != 1 || after["routes"] != before["routes"] {
+			t.Errorf("change %d (mtu %s): %d link-routes and %d whole-family re-dumps, want 1 (IPv6's) and 0",
+				i, mtu, n, after["routes"]-before["routes"])
+		}
+	}
+}

@@ -380,9 +380,22 @@ func (l *loop) wait(ctx context.Context, changed <-chan struct{}, wake time.Time
 // ago: the first change after a quiet spell is acted on without delay.
 // Within a window of the last pass it waits for the changes to pause for a
 // tenth of the window, at most until the window ends: a burst costs one pass
-// per window. It reports false when ctx ends.
+// per window. After an expensive plan it waits until the spacing that plan
+// calls for has passed. It reports false when ctx ends.
 func (l *loop) coalesce(ctx context.Context) bool {
-	end := l.lastPass.Add(l.spacing())
+	if sp := l.spacing(); sp > l.window {
+		// An expensive plan: the next pass waits out its spacing,
+		// whatever comes meanwhile, and then plans from all of it.
+		t := time.NewTimer(time.Until(l.lastPass.Add(sp)))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	end := l.lastPass.Add(l.window)
 	if !time.Now().Before(end) {
 		return ctx.Err() == nil
 	}
