@@ -111,14 +111,16 @@ func (s *seed) notSplit(t testing.TB, dst string) error {
 	return errors.Join(s.via(t, dst, false, "main", 1450), s.via(t, dst, true, "main", 1450))
 }
 
-// within fails the test unless cond comes to hold and the agent logged
-// the changes that made it hold within a second of now: the time a change
+// within makes the API change and fails the test unless cond comes to
+// hold and the agent logged the changes that made it hold within a second
+// of the API change: the time a change
 // of the peers may take to reach the table. The second is read from the
 // agent's log, not from the oracle: a poll of ip(8) runs several processes,
 // which on a loaded machine take longer than the agent.
-func within(t *testing.T, a *agentProc, what string, cond func() error) {
+func within(t *testing.T, a *agentProc, what string, change func(), cond func() error) {
 	t.Helper()
 	start := time.Now()
+	change()
 	eventually(t, 10*time.Second, what, cond)
 	var last time.Time
 	sc := bufio.NewScanner(strings.NewReader(a.out.String()))
@@ -170,24 +172,19 @@ func TestKernelPeers(t *testing.T) {
 		t.Error(err)
 	}
 
-	api.srv.MustPut(t, apitest.Node{Name: "peer-c", InternalIPs: []string{"10.0.0.11"}, Key: 255})
-	within(t, a, "a peer joins", func() error { return s.split(t, "10.0.0.11") })
+	within(t, a, "a peer joins", func() { api.srv.MustPut(t, apitest.Node{Name: "peer-c", InternalIPs: []string{"10.0.0.11"}, Key: 255}) }, func() error { return s.split(t, "10.0.0.11") })
 
-	api.srv.SetKey("peer-a", 0)
-	within(t, a, "a peer opts out", func() error { return errors.Join(s.notSplit(t, "10.0.0.9"), s.notSplit(t, "fd00::9")) })
+	within(t, a, "a peer opts out", func() { api.srv.SetKey("peer-a", 0) }, func() error { return errors.Join(s.notSplit(t, "10.0.0.9"), s.notSplit(t, "fd00::9")) })
 
-	api.srv.SetAddrs("peer-c", "10.0.0.12")
-	within(t, a, "a peer changes address", func() error { return errors.Join(s.split(t, "10.0.0.12"), s.notSplit(t, "10.0.0.11")) })
+	within(t, a, "a peer changes address", func() { api.srv.SetAddrs("peer-c", "10.0.0.12") }, func() error { return errors.Join(s.split(t, "10.0.0.12"), s.notSplit(t, "10.0.0.11")) })
 
-	api.srv.Delete("peer-c")
-	within(t, a, "a peer leaves", func() error { return s.notSplit(t, "10.0.0.12") })
+	within(t, a, "a peer leaves", func() { api.srv.Delete("peer-c") }, func() error { return s.notSplit(t, "10.0.0.12") })
 	// The last peer gone: nothing owned is left.
 	eventually(t, time.Second, "the table and the rule gone", func() error { return s.unsplit(t) })
 
 	// The API goes away: the last peer set stands, whatever changes
 	// meanwhile; when it is back, the agent catches up.
-	api.srv.SetKey("peer-a", 255)
-	within(t, a, "a peer opts in", func() error { return s.split(t, "10.0.0.9") })
+	within(t, a, "a peer opts in", func() { api.srv.SetKey("peer-a", 255) }, func() error { return s.split(t, "10.0.0.9") })
 	api.srv.SetDown(true)
 	api.srv.DropWatches()
 	watches := api.srv.Count(apitest.KindWatch)

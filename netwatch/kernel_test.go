@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1624,13 +1625,17 @@ func TestKernelNexthopObjects(t *testing.T) {
 func TestKernelOverflow(t *testing.T) {
 	ns := newTestNS(t)
 	index, gw := underlay(t, ns)
-	w := startWatcher(t, Options{NetNS: rtnl.FakeNetNS(ns.dialer()), ReadBuffer: 32 << 10})
+	// The watcher reads no events while the flood is sent: its buffer
+	// overflows however fast the machine lets it read.
+	var gate pauseGate
+	w := startWatcher(t, Options{NetNS: rtnl.FakeNetNS(gatedDialer{ns.dialer(), &gate}), ReadBuffer: 32 << 10})
 	waitSynced(t, w, 5*time.Second)
 
 	rw := dialRouteWriter(t, ns)
 	const n = 50000
 	rs := gwRoutes(100, 0, n, gw, index)
 	start := time.Now()
+	gate.pause()
 	rw.add(t, rs)
 	// Replace half with another gateway and another MTU, then delete the
 	// other half: 100,000 changes of three kinds.
@@ -1643,6 +1648,7 @@ func TestKernelOverflow(t *testing.T) {
 		t.Fatalf("replace %d routes: %d failed: %v", len(rep), failed, err)
 	}
 	rw.del(t, rs[n/2:])
+	gate.resume()
 	t.Logf("100,000 changes in %v", time.Since(start))
 
 	ns.ip(t, "route", "add", "10.255.0.0/24", "via", "10.200.0.2", "table", "100")
@@ -1656,6 +1662,51 @@ func TestKernelOverflow(t *testing.T) {
 	if got := w.Stats(); !got.Synced {
 		t.Errorf("watcher not synced after the flood")
 	}
+}
+
+// pauseGate holds the receives of a multicast conn while paused.
+type pauseGate struct{ ch atomic.Pointer[chan struct{}] }
+
+func (g *pauseGate) pause() {
+	ch := make(chan struct{})
+	g.ch.Store(&ch)
+}
+
+func (g *pauseGate) resume() {
+	if ch := g.ch.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
+func (g *pauseGate) wait() {
+	if ch := g.ch.Load(); ch != nil {
+		<-*ch
+	}
+}
+
+// gatedConn is a multicast conn whose next receive waits while its gate
+// is paused (one already waiting for the kernel returns first).
+type gatedConn struct {
+	rtnl.Conn
+	gate *pauseGate
+}
+
+func (c *gatedConn) ReceiveBatch(b []byte) ([]byte, error) {
+	c.gate.wait()
+	return c.Conn.ReceiveBatch(b)
+}
+
+type gatedDialer struct {
+	kernelDialer
+	gate *pauseGate
+}
+
+func (d gatedDialer) Dial(cfg rtnl.DialConfig) (rtnl.Conn, error) {
+	c, err := d.kernelDialer.Dial(cfg)
+	if err != nil || len(cfg.Groups) == 0 {
+		return c, err
+	}
+	return &gatedConn{Conn: c, gate: d.gate}, nil
 }
 
 // cancelOnRoute cancels a context when its conn receives the first route

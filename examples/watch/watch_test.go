@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,19 @@ import (
 // "not".
 func seed(t *testing.T, ns *netwatchtest.NetNS) {
 	t.Helper()
+	// No duplicate address detection: IPv6 link-local addresses and their
+	// local routes appear as a link comes up, not a second or two later,
+	// in the middle of the oracle's ip(8) calls.
+	if err := ns.Do(func() error {
+		for _, c := range []string{"all", "default"} {
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+c+"/accept_dad", []byte("0"), 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	for _, cmd := range [][]string{
 		{"link", "set", "lo", "up"},
 		{"link", "add", "enp7s0", "type", "veth", "peer", "name", "peer0"},
