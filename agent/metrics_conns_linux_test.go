@@ -182,7 +182,13 @@ func TestMetricsIdleConnections(t *testing.T) {
 	if answered.Load() != conns || closed.Load() != conns {
 		t.Errorf("%d answered and %d closed by the server, want all %d", answered.Load(), closed.Load(), conns)
 	}
-	const limit = 48 << 10 // KiB
+	limit := 48 << 10 // KiB
+	if raceEnabled {
+		// The race detector multiplies memory (33 MiB before the first
+		// connection, 80 at the peak, seen in make test): hold it to the
+		// DaemonSet's limit alone.
+		limit = 128 << 10
+	}
 	if hwm > limit {
 		t.Errorf("server's peak RSS (VmHWM) %d KiB, want at most %d KiB (the DaemonSet's limit is 128 MiB)", hwm, limit)
 	}
