@@ -98,6 +98,13 @@ func (s *state) applyLink(ev *change) (changed bool, redump redumps) {
 		// route keeps its own (checked on 6.18): a program toggling a
 		// link's MTU costs no dump of the IPv4 routes through it.
 		s.redumpOutFamily(&redump, idx, fi(IPv6))
+	case ev.Link.Flags&LinkLowerUp != 0:
+		// Nothing the cache holds changed, but IPv6 may have cleared
+		// linkdown on the link's routes only now: addrconf does it on
+		// the NETDEV_CHANGE that finds the link ready, which can come
+		// after the one that brought the carrier (the kernel announces
+		// each with the same RTM_NEWLINK).
+		s.redumpOutFamily(&redump, idx, fi(IPv6))
 	}
 	return !had || old != ev.Link, redump
 }
