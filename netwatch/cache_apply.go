@@ -17,6 +17,9 @@ type redumps struct {
 	// change can have changed, without reading a full table.
 	out   [2][]uint32
 	rules bool // the rules of both families
+	// later are links whose carrier came back: their IPv6 routes are
+	// read again once more, after recheckDelay (see applyLink).
+	later []uint32
 }
 
 // any reports whether anything is to be read again.
@@ -93,6 +96,16 @@ func (s *state) applyLink(ev *change) (changed bool, redump redumps) {
 	case !had:
 	case old.Flags != ev.Link.Flags || old.OperState != ev.Link.OperState:
 		s.redumpOut(&redump, idx)
+		if old.Flags&LinkLowerUp == 0 && ev.Link.Flags&LinkLowerUp != 0 {
+			// IPv6 may clear linkdown on the link's routes later, and
+			// not always with an event (seen on a bridge): look again.
+			for _, tb := range s.tables[fi(IPv6)] {
+				if tb.usesLink(idx) {
+					redump.later = append(redump.later, idx)
+					break
+				}
+			}
+		}
 	case old.MTU != ev.Link.MTU:
 		// The kernel changes IPv6 routes' MTUs with their link's; an IPv4
 		// route keeps its own (checked on 6.18): a program toggling a

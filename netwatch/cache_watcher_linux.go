@@ -129,6 +129,10 @@ type Watcher struct {
 	owners ownerFinder
 
 	resyncReq atomic.Bool
+	// rechecks are links whose IPv6 routes are due to be read again
+	// (recheckLater); guarded by recheckMu.
+	recheckMu sync.Mutex
+	rechecks  []uint32
 	kickMu    sync.Mutex
 	kick      rtnl.Conn // the multicast conn to interrupt, while a session runs
 	kickGen   uint64    // counts the changes of kick
@@ -240,6 +244,32 @@ func (w *Watcher) Stats() Stats {
 	s.Resyncs = maps.Clone(w.stats.Resyncs)
 	s.MappedBytes = mapped
 	return s
+}
+
+// recheckDelay is how long after a link's carrier comes back its IPv6
+// routes are read once more: addrconf clears their linkdown flags when it
+// finds the link ready, which linkwatch may report up to a second later,
+// and not always with an event.
+const recheckDelay = 1500 * time.Millisecond
+
+// recheckLater has the receive loop read the IPv6 routes out of links
+// again after recheckDelay.
+func (w *Watcher) recheckLater(links []uint32) {
+	time.AfterFunc(recheckDelay, func() {
+		w.recheckMu.Lock()
+		w.rechecks = append(w.rechecks, links...)
+		w.recheckMu.Unlock()
+		w.interrupt()
+	})
+}
+
+// takeRechecks returns the links due for a re-read, and forgets them.
+func (w *Watcher) takeRechecks() []uint32 {
+	w.recheckMu.Lock()
+	defer w.recheckMu.Unlock()
+	links := w.rechecks
+	w.rechecks = nil
+	return links
 }
 
 func (w *Watcher) interrupt() {
@@ -411,6 +441,14 @@ func (s *receiveLoop) run(ctx context.Context) error {
 			}
 			continue
 		}
+		for _, idx := range w.takeRechecks() {
+			w.mu.RLock()
+			_, ok := w.st.links[idx]
+			w.mu.RUnlock()
+			if ok {
+				s.pending.addOut(fi(IPv6), idx)
+			}
+		}
 		if s.pending.any() {
 			// A re-dump takes the RTNL lock and a few round trips: let
 			// the goroutines that the events just woke (a Reconciler
@@ -451,6 +489,9 @@ func (s *receiveLoop) receive() (drained bool, recvErr error) {
 	if len(s.batch) > 0 {
 		rd := s.w.applyBatch(s.batch)
 		s.pending.add(rd)
+		if len(rd.later) > 0 {
+			s.w.recheckLater(rd.later)
+		}
 	}
 	return drained, recvErr
 }
