@@ -102,7 +102,24 @@ func TestKernelFightNamesProgram(t *testing.T) {
 		}
 		return fmt.Errorf("no warning yet")
 	})
-	time.Sleep(2 * time.Second) // the fight goes on; this is its length, not a wait for a condition
+	// The fight goes on after the warning: 20 more repairs, with no
+	// second warning expected for them (checked below).
+	repairs := func() int {
+		n := 0
+		for _, m := range a.messages(t) {
+			if m == "rule 900: not fwmark 0xe00/0xf00 lookup 900" {
+				n++
+			}
+		}
+		return n
+	}
+	atWarning := repairs()
+	eventually(t, 10*time.Second, "20 repairs after the warning", func() error {
+		if n := repairs() - atWarning; n < 20 {
+			return fmt.Errorf("%d repairs after the warning", n)
+		}
+		return nil
+	})
 	h.Stop()
 	eventually(t, time.Second, "the rule back after the program stopped", func() error { return s.splitAt(t, 1355) })
 	warn := regexp.MustCompile(`^fight: rule 900: not fwmark 0xe00/0xf00 lookup 900 undone \d+ times in \S+ by ip\[` +

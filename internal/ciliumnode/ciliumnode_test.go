@@ -541,14 +541,20 @@ func (h *harness) checkStats(want, got Stats) {
 // eventually polls cond until it holds or waitFor passes.
 func (h *harness) eventually(what string, cond func() bool) {
 	h.t.Helper()
+	h.eventuallyWithin(what, waitFor, cond)
+}
+
+// eventuallyWithin is eventually with a deadline of its own.
+func (h *harness) eventuallyWithin(what string, d time.Duration, cond func() bool) {
+	h.t.Helper()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
-	deadline := time.After(waitFor)
+	deadline := time.After(d)
 	for !cond() {
 		select {
 		case <-tick.C:
 		case <-deadline:
-			h.t.Fatalf("still not %s after %v", what, waitFor)
+			h.t.Fatalf("still not %s after %v", what, d)
 		}
 	}
 }

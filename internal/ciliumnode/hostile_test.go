@@ -272,12 +272,7 @@ func TestHostileEndlessList(t *testing.T) {
 			h.api.SetEndlessList(true)
 			h.api.ExpireWatches()
 			start := time.Now()
-			for !h.logs.has("WARN", tc.log) {
-				if time.Since(start) > time.Minute {
-					t.Fatalf("the endless list has not failed after a minute: %+v", h.src.Stats())
-				}
-				time.Sleep(10 * time.Millisecond) // a poll, with the deadline above
-			}
+			(&harness{t: t}).eventuallyWithin("failed the endless list", time.Minute, func() bool { return h.logs.has("WARN", tc.log) })
 			t.Logf("failed after %v, %d pages", time.Since(start).Round(time.Millisecond), h.src.Stats().OK)
 			h.api.SetEndlessList(false)
 			h.eventually("listed again", func() bool { return h.src.Stats().Lists == 2 })
