@@ -99,11 +99,8 @@ func (s *state) applyLink(ev *change) (changed bool, redump redumps) {
 		if old.Flags&LinkLowerUp == 0 && ev.Link.Flags&LinkLowerUp != 0 {
 			// IPv6 may clear linkdown on the link's routes later, and
 			// not always with an event (seen on a bridge): look again.
-			for _, tb := range s.tables[fi(IPv6)] {
-				if tb.usesLink(idx) {
-					redump.later = append(redump.later, idx)
-					break
-				}
+			if s.linkUsed(fi(IPv6), idx) {
+				redump.later = append(redump.later, idx)
 			}
 		}
 	case old.MTU != ev.Link.MTU:
@@ -132,12 +129,20 @@ func (s *state) redumpOut(redump *redumps, index uint32) {
 
 // redumpOutFamily is redumpOut for one family (an index of s.tables).
 func (s *state) redumpOutFamily(redump *redumps, index uint32, f int) {
+	if s.linkUsed(f, index) {
+		redump.addOut(f, index)
+	}
+}
+
+// linkUsed reports whether a cached route of family index f leaves by
+// link index.
+func (s *state) linkUsed(f int, index uint32) bool {
 	for _, tb := range s.tables[f] {
 		if tb.usesLink(index) {
-			redump.addOut(f, index)
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // applyAddr applies an address event. Deleting an IPv4 address makes the
@@ -158,12 +163,7 @@ func (s *state) applyAddr(ev *change) (changed bool, redump redumps) {
 		f := FamilyOf(a)
 		redump.routes[fi(f)] = s.usesPrefSrc(f, a)
 		if f == IPv4 && !s.hasAddr(k.Index, IPv4) {
-			for _, tb := range s.tables[fi(IPv4)] {
-				if tb.usesLink(k.Index) {
-					redump.addOut(fi(IPv4), k.Index)
-					break
-				}
-			}
+			s.redumpOutFamily(&redump, k.Index, fi(IPv4))
 		}
 		return true, redump
 	}

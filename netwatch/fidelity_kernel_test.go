@@ -69,8 +69,7 @@ var expiresWord = regexp.MustCompile(`expires \d+sec`)
 // (which counts down) blanked.
 func (ns *testNS) ipLine(t *testing.T, args ...string) string {
 	t.Helper()
-	out := strings.Join(strings.Fields(ns.ip(t, args...)), " ")
-	return expiresWord.ReplaceAllString(out, "expires Nsec")
+	return textNorm(ns.ip(t, args...))
 }
 
 // TestKernelRouteAttributes: a route carrying every attribute ip(8) can
