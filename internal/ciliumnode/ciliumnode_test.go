@@ -1503,21 +1503,6 @@ func TestStatsRequests(t *testing.T) {
 	}
 }
 
-func TestOneLine(t *testing.T) {
-	long := strings.Repeat("é", maxLogChars)
-	for _, tc := range []struct{ name, in, want string }{
-		{"plain", "etcdserver: request timed out", "etcdserver: request timed out"},
-		{"newlines and tabs", " a\n\tb\r\n c \x1b[31m", "a b c [31m"},
-		{"long multibyte", long, strings.Repeat("é", maxLogChars/2) + "…"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := oneLine(tc.in); got != tc.want {
-				t.Errorf("oneLine(%q) = %q, want %q", tc.in, got, tc.want)
-			}
-		})
-	}
-}
-
 // selfSignedCA returns the PEM of a CA certificate that signed nothing the fake API uses.
 func selfSignedCA(t *testing.T) []byte {
 	t.Helper()

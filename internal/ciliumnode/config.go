@@ -1,44 +1,30 @@
 package ciliumnode
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/marksplit/marksplit/internal/kubeapi"
 )
 
 const (
-	defaultTokenFile      = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-	defaultCAFile         = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+	defaultTokenFile      = kubeapi.DefaultTokenFile
+	defaultCAFile         = kubeapi.DefaultCAFile
 	defaultResync         = 5 * time.Minute
 	defaultWatchTimeout   = 2 * time.Minute
 	defaultRequestTimeout = 30 * time.Second
-
-	// HTTP/2 health checks of the connection to the API server, as client-go sets them: a
-	// ping after this long without a frame, and the connection is closed when the ping is
-	// not answered within pingTimeout. Without them a connection that died silently (a
-	// middlebox forgot it) keeps every later request on it hanging until its own timeout,
-	// and the next request takes the same dead connection again.
-	sendPingTimeout = 30 * time.Second
-	pingTimeout     = 15 * time.Second
 
 	apiVersion = "cilium.io/v2"
 	kind       = "CiliumNode"
 	listKind   = "CiliumNodeList"
 	resource   = "/apis/cilium.io/v2/ciliumnodes"
 
-	maxBody     = 4 << 20  // a GET's body, and one object of a list or a watch; etcd caps objects at 1.5 MiB
-	maxErrBody  = 64 << 10 // the body of an error answer
-	maxLogChars = 300      // of a server's message in a log line
+	maxBody = 4 << 20 // a GET's body, and one object of a list or a watch; etcd caps objects at 1.5 MiB
 )
 
 // Config for reading CiliumNodes: one node's with New, every node's with NewPeers.
@@ -82,12 +68,12 @@ type Config struct {
 // InClusterConfig returns the Config of a pod's service account for nodeName: the API server
 // from KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT, and the default token and CA files.
 func InClusterConfig(nodeName string) (Config, error) {
-	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
-	if host == "" || port == "" {
-		return Config{}, errors.New("ciliumnode: in-cluster config: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be set (not running in a pod?)")
+	server, err := kubeapi.InClusterServer()
+	if err != nil {
+		return Config{}, fmt.Errorf("ciliumnode: %w", err)
 	}
 	return Config{
-		Server:    "https://" + net.JoinHostPort(host, port),
+		Server:    server,
 		NodeName:  nodeName,
 		TokenFile: defaultTokenFile,
 		CAFile:    defaultCAFile,
@@ -97,8 +83,8 @@ func InClusterConfig(nodeName string) (Config, error) {
 // settle checks cfg's common fields, fills in their defaults and returns the server URL
 // without a trailing slash. It does not look at NodeName.
 func settle(cfg *Config) (server string, err error) {
-	if server, err = parseServer(cfg.Server); err != nil {
-		return "", err
+	if server, err = kubeapi.ParseServer(cfg.Server); err != nil {
+		return "", fmt.Errorf("ciliumnode: %w", err)
 	}
 	for _, d := range []struct {
 		name string
@@ -135,10 +121,12 @@ func settle(cfg *Config) (server string, err error) {
 // whether the client is new (its idle connections are then closed when Run returns).
 func httpClient(cfg Config) (c *http.Client, own bool, err error) {
 	if cfg.HTTPClient != nil {
-		return noRedirects(cfg.HTTPClient), false, nil
+		return kubeapi.NoRedirects(cfg.HTTPClient), false, nil
 	}
-	c, err = newClient(cfg.CAFile)
-	return c, err == nil, err
+	if c, err = kubeapi.NewHTTPClient(cfg.CAFile); err != nil {
+		return nil, false, fmt.Errorf("ciliumnode: %w", err)
+	}
+	return c, true, nil
 }
 
 // validNodeName checks that name is a DNS subdomain (RFC 1123), as Kubernetes node names are.
@@ -162,33 +150,3 @@ func validNodeName(name string) error {
 }
 
 func alnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
-
-func parseServer(s string) (string, error) {
-	if s == "" {
-		return "", errors.New("ciliumnode: no API server URL (see InClusterConfig)")
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "", fmt.Errorf("ciliumnode: API server URL: %w", err)
-	}
-	if u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("ciliumnode: API server URL %q: want https://host:port", s)
-	}
-	return strings.TrimSuffix(s, "/"), nil
-}
-
-func newClient(caFile string) (*http.Client, error) {
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("ciliumnode: read CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("ciliumnode: CA file %s holds no PEM certificate", caFile)
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = nil // the API server is reached directly, by its service address
-	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: sendPingTimeout, PingTimeout: pingTimeout}
-	return noRedirects(&http.Client{Transport: tr}), nil
-}

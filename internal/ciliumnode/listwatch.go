@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/marksplit/marksplit/internal/kubeapi"
 )
 
 // reader is what a source plugs into the list-watch loop: how to read the whole state and
@@ -258,7 +259,7 @@ func (lw *listWatch) watch(ctx context.Context, rv string, resyncAt time.Time, b
 			end.kind = endClosed
 			return end
 		case skippable(err):
-			return fail(endCorrupt, outcomeDecodeError, fmt.Errorf("%s event: %w", oneLine(ev.Type), err))
+			return fail(endCorrupt, outcomeDecodeError, fmt.Errorf("%s event: %w", kubeapi.OneLine(ev.Type), err))
 		case errors.Is(lim.err, errObjectTooLarge):
 			return fail(endFailed, outcomeDecodeError, fmt.Errorf("decode event: %w", errObjectTooLarge))
 		case lim.err != nil && lim.err != io.EOF, errors.Is(err, io.ErrUnexpectedEOF):
@@ -305,9 +306,9 @@ func (lw *listWatch) apply(ev *watchEvent, decodeErr error) (end endKind, o outc
 		if obj.Code == http.StatusGone {
 			o = outcomeGone
 		}
-		return endFailed, o, fmt.Errorf("ERROR event: %d %s: %s", obj.Code, obj.Reason, oneLine(obj.Message))
+		return endFailed, o, fmt.Errorf("ERROR event: %d %s: %s", obj.Code, obj.Reason, kubeapi.OneLine(obj.Message))
 	default:
-		return endFailed, outcomeDecodeError, fmt.Errorf("unknown event type %q", oneLine(ev.Type))
+		return endFailed, outcomeDecodeError, fmt.Errorf("unknown event type %q", kubeapi.OneLine(ev.Type))
 	}
 	return 0, outcomeNone, nil
 }

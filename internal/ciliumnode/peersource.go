@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/marksplit/marksplit/internal/kubeapi"
 )
 
 const (
@@ -251,7 +253,7 @@ func (r *peerRun) logLeftOut(name string, next Peers) {
 
 // skipProblem is the Problem of a node whose object was skipped for err.
 func skipProblem(err error) string {
-	return "skipped: " + oneLine(err.Error())
+	return "skipped: " + kubeapi.OneLine(err.Error())
 }
 
 // goodRead records a complete list or an applied event.
