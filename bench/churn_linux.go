@@ -265,8 +265,14 @@ func (c *netwatchConsumer) sync(rcvbuf, _ int) error {
 	return nil
 }
 
+// changed is the channel closed at the cache's next change.
+func changed(w *netwatch.Watcher) (ch <-chan struct{}) {
+	w.Read(func(v netwatch.View) { ch = v.Changed() })
+	return ch
+}
+
 func (c *netwatchConsumer) waitSynced(timeout <-chan time.Time) error {
-	for ch := c.w.Changed(); !c.w.Synced(); ch = c.w.Changed() {
+	for ch := changed(c.w); !c.w.Synced(); ch = changed(c.w) {
 		select {
 		case <-ch:
 		case <-timeout:
@@ -279,7 +285,7 @@ func (c *netwatchConsumer) waitSynced(timeout <-chan time.Time) error {
 func (c *netwatchConsumer) run() {
 	for {
 		select {
-		case <-c.w.Changed():
+		case <-changed(c.w):
 			c.t.add(0)
 		case <-c.quit:
 			return
@@ -298,7 +304,7 @@ func (c *netwatchConsumer) stop() {
 	// Leave the watcher running until its routes are compared; a
 	// watcher that is not synced has nothing to compare.
 	deadline := time.Now().Add(10 * time.Second)
-	for ch := c.w.Changed(); !c.w.Synced() && time.Now().Before(deadline); ch = c.w.Changed() {
+	for ch := changed(c.w); !c.w.Synced() && time.Now().Before(deadline); ch = changed(c.w) {
 		select {
 		case <-ch:
 		case <-time.After(10 * time.Millisecond):

@@ -53,7 +53,7 @@ func childSync(contender string, expect int) (syncResult, error) {
 		go func() { errc <- w.Run(ctx) }()
 		timeout := time.NewTimer(5 * time.Minute)
 		defer timeout.Stop()
-		for ch := w.Changed(); !w.Synced(); ch = w.Changed() {
+		for ch := changed(w); !w.Synced(); ch = changed(w) {
 			select {
 			case <-ch:
 			case err := <-errc:

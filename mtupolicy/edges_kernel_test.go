@@ -67,7 +67,7 @@ func TestKernelTunnelBelowIPv6Minimum(t *testing.T) {
 	s.ns.IP(t, "link", "set", "cilium_wg0", "mtu", "1200")
 	s.cfg.Prefixes = append(s.cfg.Prefixes, pfx("fd00::/64"))
 	ops := s.pass(t, mtupolicy.ModeOn)
-	if slices.ContainsFunc(ops, func(o netwatch.Op) bool { return o.Family() == netwatch.IPv6 }) {
+	if slices.ContainsFunc(ops, func(o netwatch.Op) bool { return o.Route.Family == netwatch.IPv6 || o.Rule.Family == netwatch.IPv6 }) {
 		t.Errorf("IPv6 split below its minimum MTU:\n%s", opsString(ops))
 	}
 	s.pathIs(t, "10.0.0.9", false, "900", "1200")

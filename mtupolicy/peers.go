@@ -124,8 +124,8 @@ func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 			Protocol: c.Protocol,
 			Scope:    path.Scope,
 			Type:     netwatch.RouteUnicast,
-			Flags:    path.Flags &^ netwatch.KernelRouteFlags,
-		}
+			Flags:    path.Flags,
+		}.Clean()
 		d.Routes = append(d.Routes, h)
 		for _, s := range idx.selective {
 			if !s.Dst.Contains(a) || s.Dst.Bits() < path.Dst.Bits() {

@@ -32,7 +32,7 @@ func host(dst string, f func(*netwatch.Route)) netwatch.Route {
 	r := netwatch.Route{Family: netwatch.FamilyOf(a), Table: 900, Dst: netip.PrefixFrom(a, a.BitLen()), MTU: 1355,
 		Protocol: mtupolicy.DefaultProtocol, Type: netwatch.RouteUnicast}
 	f(&r)
-	return r
+	return r.Clean() // an IPv6 metric 0 is the kernel's 1024, as the policy says
 }
 
 var (
@@ -49,7 +49,7 @@ var (
 	hPublic = host("203.0.113.7", func(r *netwatch.Route) {
 		r.Index, r.PrefSrc, r.Scope = idxEth, addr("203.0.113.10"), netwatch.ScopeLink
 	})
-	// IPv6 on link: metric 0 (the kernel's 1024, to Plan), the link's
+	// IPv6 on link: metric 1024 (the kernel's for none), the link's
 	// global address.
 	hPeer6 = host("2001:db8::9", func(r *netwatch.Route) { r.Index, r.PrefSrc = idxEnp, addr("2001:db8::5") })
 	// IPv6 beyond the default route via fe80::1 dev eth0, which has no
@@ -176,7 +176,7 @@ func TestDesiredPeers(t *testing.T) {
 				{Family: netwatch.IPv4, Table: 900, Dst: pfx("10.0.0.9/32"), TOS: 0x10, Protocol: mtupolicy.DefaultProtocol, Type: netwatch.RouteThrow},
 				hPeer6,
 				{Family: netwatch.IPv6, Table: 900, Dst: pfx("2001:db8::9/128"), Src: pfx("2001:db8:1::/64"), Index: idxLo,
-					Protocol: mtupolicy.DefaultProtocol, Type: netwatch.RouteThrow},
+					Metric: 1024, Protocol: mtupolicy.DefaultProtocol, Type: netwatch.RouteThrow},
 			}},
 		},
 		{
@@ -345,7 +345,7 @@ func TestPeersAfterPrefixMode(t *testing.T) {
 	}
 	// Plan installs the IPv6 route at the metric the kernel gives it.
 	peer6 := hPeer6
-	peer6.Metric = netwatch.IPv6DefaultMetric
+	peer6.Metric = 1024 // the kernel's metric for an IPv6 route given none
 	want := []netwatch.Op{replace(hPeer9), replace(peer6), routeDel(tNodeNet), routeDel(tNodeGW), routeDel(tNodeNet6)}
 	if diff := cmp.Diff(want, ops, cmpNet); diff != "" {
 		t.Errorf("Plan (-want +got):\n%s", diff)

@@ -112,7 +112,7 @@ func (c Config) desired(v netwatch.View, mode Mode, split func(netwatch.View, ne
 	case !ok:
 		d.Notes = []string{"tunnel link " + c.TunnelLink + " does not exist: nothing is split"}
 		return d, true
-	case !tun.Up() || tun.MTU == 0:
+	case tun.Flags&netwatch.LinkUp == 0 || tun.MTU == 0:
 		d.Notes = []string{"tunnel link " + c.TunnelLink + " is down: nothing is split"}
 		return d, true
 	}
@@ -155,8 +155,7 @@ func TableMTU(tun, out netwatch.Link) uint32 {
 func repair(r netwatch.Route) netwatch.Route {
 	r.MTU = 0
 	r.Metrics.Locks &^= netwatch.LockMTU
-	r.Flags &^= netwatch.KernelRouteFlags
-	return r
+	return r.Clean()
 }
 
 // rule is the rule for family f exactly as the kernel reports it back:
@@ -200,8 +199,8 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 			Protocol: c.Protocol,
 			Scope:    r.Scope,
 			Type:     netwatch.RouteUnicast,
-			Flags:    r.Flags &^ netwatch.KernelRouteFlags,
-		}
+			Flags:    r.Flags,
+		}.Clean()
 		keys[t.Key()] = true // one per main key, which are unique
 		split = append(split, t)
 		if c.Repair && r.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU {

@@ -121,7 +121,7 @@ func node() netwatch.Snapshot {
 			netwatch.Rule{Family: f, Priority: 32766, Table: netwatch.TableMain, Action: netwatch.ActionToTable, Protocol: netwatch.ProtoKernel},
 		)
 	}
-	s.Rules = append(s.Rules, netwatch.Rule{Family: netwatch.IPv4, Priority: 32767, Table: netwatch.TableDefault, Action: netwatch.ActionToTable, Protocol: netwatch.ProtoKernel})
+	s.Rules = append(s.Rules, netwatch.Rule{Family: netwatch.IPv4, Priority: 32767, Table: netwatch.Table(253), Action: netwatch.ActionToTable, Protocol: netwatch.ProtoKernel})
 	return s
 }
 
@@ -776,8 +776,8 @@ func TestSelection(t *testing.T) {
 				{Family: netwatch.IPv6, Table: 900, Dst: pfx("2001:db8::/48"), Metric: 256, Index: idxEnp, PrefSrc: addr("2001:db8::5"), MTU: 1355, Protocol: 109, Type: netwatch.RouteUnicast},
 				{Family: netwatch.IPv6, Table: 900, Dst: pfx("2001:db8:0:7::/64"), Metric: 256, Index: idxLo, Protocol: 109, Type: netwatch.RouteThrow},
 			}},
-		{name: "an IPv6 metric 0 stays 0 (Plan installs it at 1024)", main: []netwatch.Route{with(nodeNet6, func(r *netwatch.Route) { r.Metric = 0 })},
-			want: []netwatch.Route{with(tNodeNet6, func(r *netwatch.Route) { r.Metric = 0 })}},
+		{name: "an IPv6 metric 0 is copied as the kernel's 1024", main: []netwatch.Route{with(nodeNet6, func(r *netwatch.Route) { r.Metric = 0 })},
+			want: []netwatch.Route{with(tNodeNet6, func(r *netwatch.Route) { r.Metric = 1024 })}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

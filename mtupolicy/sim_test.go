@@ -77,10 +77,10 @@ func (k *kernel) replaceRoute(r netwatch.Route) error {
 		if !ok {
 			return fmt.Errorf("no link %d", r.Index)
 		}
-		if !l.Up() {
+		if l.Flags&netwatch.LinkUp == 0 {
 			return fmt.Errorf("link %s is down", l.Name)
 		}
-		if !l.LowerUp() {
+		if l.Flags&netwatch.LinkLowerUp == 0 {
 			r.Flags |= netwatch.RouteLinkdown
 		}
 	case netwatch.RouteThrow, netwatch.RouteBlackhole, netwatch.RouteUnreachable, netwatch.RouteProhibit:

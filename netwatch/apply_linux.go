@@ -54,31 +54,22 @@ type Result struct {
 	Already bool
 }
 
-// ErrSkipped is the error of operations not attempted because an earlier one
-// failed.
-var ErrSkipped = errors.New("netwatch: skipped after an earlier failure")
-
 // Apply executes ops in order with idempotent semantics: adding what
 // exists and deleting what is gone succeed. Later operations depend on
 // earlier ones (a rule on the routes of its table), so Apply stops at the
-// first failure and marks the rest ErrSkipped. It returns one Result per
-// op and the first failure.
+// first failure. It returns the Results of the operations it tried, in
+// order — every one, or those up to and including the first failure — and
+// that failure.
 func (a *Applier) Apply(ops []Op) ([]Result, error) {
-	res := make([]Result, len(ops))
-	var first error
-	for i, op := range ops {
-		res[i].Op = op
-		if first != nil {
-			res[i].Err = ErrSkipped
-			continue
-		}
+	res := make([]Result, 0, len(ops))
+	for _, op := range ops {
 		already, err := a.do(op)
-		res[i].Err, res[i].Already = err, already
+		res = append(res, Result{Op: op, Err: err, Already: already})
 		if err != nil {
-			first = err
+			return res, err
 		}
 	}
-	return res, first
+	return res, nil
 }
 
 func (a *Applier) do(op Op) (already bool, err error) {

@@ -44,8 +44,8 @@ type Op struct {
 	Repair bool
 }
 
-// Family returns the family of the object the operation changes.
-func (o Op) Family() Family {
+// family returns the family of the object the operation changes.
+func (o Op) family() Family {
 	if o.Kind == RuleAdd || o.Kind == RuleDelete {
 		return o.Rule.Family
 	}

@@ -132,7 +132,7 @@ func syncOnce(b *testing.B, ns *testNS, measure func(*Watcher)) (time.Duration, 
 	start := time.Now()
 	go func() { done <- w.Run(ctx) }()
 	deadline := time.After(2 * time.Minute)
-	for ch := w.Changed(); !w.Synced(); ch = w.Changed() {
+	for ch := w.nextChange(); !w.Synced(); ch = w.nextChange() {
 		select {
 		case <-ch:
 		case <-deadline:
@@ -278,7 +278,7 @@ func TestHelperSyncRSS(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	deadline := time.After(2 * time.Minute)
-	for ch := w.Changed(); !w.Synced(); ch = w.Changed() {
+	for ch := w.nextChange(); !w.Synced(); ch = w.nextChange() {
 		select {
 		case <-ch:
 		case <-deadline:
@@ -388,7 +388,7 @@ func benchIngest(b *testing.B, tableRoutes int) {
 	want := base.Events[KindRoute] + uint64(total)
 	deadline := time.After(time.Minute)
 	for {
-		ch := w.Changed()
+		ch := w.nextChange()
 		st := w.Stats()
 		if st.Events[KindRoute] >= want {
 			break

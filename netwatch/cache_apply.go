@@ -78,7 +78,7 @@ func (s *state) apply(ev *change) (changed bool, redump redumps) {
 func (s *state) applyLink(ev *change) (changed bool, redump redumps) {
 	idx := ev.Link.Index
 	old, had := s.links[idx]
-	if ev.Op == EventDel {
+	if ev.Deleted {
 		if !had {
 			return false, redump
 		}
@@ -152,9 +152,9 @@ func (s *state) linkUsed(f int, index uint32) bool {
 // have it as their source. Those are asked for again, when the cache has
 // any.
 func (s *state) applyAddr(ev *change) (changed bool, redump redumps) {
-	k := ev.Addr.Key()
+	k := ev.Addr.key()
 	old, had := s.addrs[k]
-	if ev.Op == EventDel {
+	if ev.Deleted {
 		if !had {
 			return false, redump
 		}
@@ -190,7 +190,7 @@ func (s *state) hasAddr(index uint32, f Family) bool {
 func (s *state) applyRule(ev *change) (changed bool, redump redumps) {
 	redump.rules = true
 	rs := s.rules[fi(ev.Rule.Family)]
-	if ev.Op == EventDel {
+	if ev.Deleted {
 		i := slices.IndexFunc(rs, func(r Rule) bool { return sameRule(r, ev.Rule) })
 		if i < 0 {
 			return false, redump
@@ -255,11 +255,11 @@ func sameRoute(a, b Route) bool {
 // applyRoute applies a route event to the table of its route; a new route
 // creates the table, a deletion that empties one removes it.
 func (s *state) applyRoute(ev *change) (changed bool, redump redumps) {
-	tb := s.table(ev.Route.Family, ev.Route.Table, ev.Op == EventNew)
+	tb := s.table(ev.Route.Family, ev.Route.Table, !ev.Deleted)
 	if tb == nil {
 		return false, redump
 	}
-	if ev.Op == EventDel {
+	if ev.Deleted {
 		return s.applyRouteDel(tb, ev)
 	}
 	return applyRouteNew(tb, ev)
@@ -465,19 +465,19 @@ func mergeOut(cur, dumped []Route, index uint32) (rs []Route, evs []Event, ok bo
 			}
 		}
 		if j < 0 {
-			evs = append(evs, Event{Op: EventDel, Kind: KindRoute, Route: c})
+			evs = append(evs, Event{Deleted: true, Kind: KindRoute, Route: c})
 			continue
 		}
 		used[j] = true
 		rs = append(rs, dumped[j])
 		if !c.Equal(dumped[j]) {
-			evs = append(evs, Event{Op: EventNew, Kind: KindRoute, Route: dumped[j]})
+			evs = append(evs, Event{Kind: KindRoute, Route: dumped[j]})
 		}
 	}
 	for i, d := range dumped {
 		if !used[i] {
 			rs = append(rs, d)
-			evs = append(evs, Event{Op: EventNew, Kind: KindRoute, Route: d})
+			evs = append(evs, Event{Kind: KindRoute, Route: d})
 		}
 	}
 	return rs, evs, true

@@ -66,7 +66,7 @@ func TestMergeOut(t *testing.T) {
 		}
 		var news, dels int
 		for _, ev := range evs {
-			if ev.Op == EventNew {
+			if !ev.Deleted {
 				news++
 			} else {
 				dels++

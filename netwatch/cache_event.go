@@ -22,30 +22,13 @@ func (k Kind) String() string {
 	return "unknown(" + strconv.Itoa(int(k)) + ")"
 }
 
-// EventOp says whether an object appeared (or changed) or went away.
-type EventOp uint8
-
-// Event operations.
-const (
-	EventNew EventOp = iota + 1
-	EventDel
-)
-
-func (o EventOp) String() string {
-	switch o {
-	case EventNew:
-		return "new"
-	case EventDel:
-		return "del"
-	}
-	return "unknown(" + strconv.Itoa(int(o)) + ")"
-}
-
 // Event is one change to the cache: one of Link, Addr, Route or Rule is
 // set, as Kind says.
 type Event struct {
-	Op   EventOp
-	Kind Kind
+	// Deleted is set when the object went away; otherwise it appeared or
+	// changed.
+	Deleted bool
+	Kind    Kind
 	// Origin says who made the change.
 	Origin Origin
 	Link   Link

@@ -47,8 +47,8 @@ func TestFindingsClaimed(t *testing.T) {
 	rule := Rule{Family: IPv4, Priority: 70, Table: 900, Action: ActionToTable}
 	other := Rule{Family: IPv4, Priority: 71, Table: 900, Action: ActionToTable}
 	w.mu.Lock()
-	w.holdFinding(Event{Op: EventDel, Kind: KindRule, Rule: rule})
-	w.holdFinding(Event{Op: EventDel, Kind: KindRule, Rule: other})
+	w.holdFinding(Event{Deleted: true, Kind: KindRule, Rule: rule})
+	w.holdFinding(Event{Deleted: true, Kind: KindRule, Rule: other})
 	w.mu.Unlock()
 	if !w.hasFindings() {
 		t.Fatal("findings not held")
@@ -65,7 +65,7 @@ func TestFindingsClaimed(t *testing.T) {
 	ip := Origin{Kind: OriginProgram, Port: 42, PID: 42, Comm: "ip"}
 	// The late event: the rule is no longer in the cache, so it changes
 	// nothing, and claims its finding.
-	w.applyBatch([]change{{Event: Event{Op: EventDel, Kind: KindRule, Rule: rule, Origin: ip}}})
+	w.applyBatch([]change{{Event: Event{Deleted: true, Kind: KindRule, Rule: rule, Origin: ip}}})
 	w.settleFindings()
 	var got []Event
 	for range 2 {

@@ -118,7 +118,7 @@ func (s *Subscription) end(err error) {
 // called with w.mu held for writing.
 func (w *Watcher) publish(c change) {
 	ev := c.Event
-	ev.Created = ev.Kind == KindRoute && ev.Op == EventNew && c.how&howExcl != 0
+	ev.Created = ev.Kind == KindRoute && !ev.Deleted && c.how&howExcl != 0
 	n := w.journal.next
 	w.journal.add(ev, ev.Created)
 	for s := range w.subs {
@@ -187,16 +187,16 @@ func (w *Watcher) publishFindings() {
 // sameChange reports whether event ev is the change f: the same operation
 // on the same object (a deletion names the object as it was).
 func sameChange(f, ev Event) bool {
-	if f.Kind != ev.Kind || f.Op != ev.Op {
+	if f.Kind != ev.Kind || f.Deleted != ev.Deleted {
 		return false
 	}
 	switch f.Kind {
 	case KindLink:
 		return f.Link.Index == ev.Link.Index
 	case KindAddr:
-		return f.Addr.Key() == ev.Addr.Key()
+		return f.Addr.key() == ev.Addr.key()
 	case KindRoute:
-		if f.Op == EventDel {
+		if f.Deleted {
 			return f.Route.Key() == ev.Route.Key() && sameRoute(f.Route, ev.Route)
 		}
 		return f.Route.Matches(ev.Route)
@@ -209,12 +209,12 @@ func sameChange(f, ev Event) bool {
 func diffStates(old, next *state, emit func(Event)) {
 	for i, l := range old.links {
 		if _, ok := next.links[i]; !ok {
-			emit(Event{Op: EventDel, Kind: KindLink, Link: l})
+			emit(Event{Deleted: true, Kind: KindLink, Link: l})
 		}
 	}
 	for k, a := range old.addrs {
 		if _, ok := next.addrs[k]; !ok {
-			emit(Event{Op: EventDel, Kind: KindAddr, Addr: a})
+			emit(Event{Deleted: true, Kind: KindAddr, Addr: a})
 		}
 	}
 	for f := range old.rules {
@@ -225,12 +225,12 @@ func diffStates(old, next *state, emit func(Event)) {
 	}
 	for i, l := range next.links {
 		if o, ok := old.links[i]; !ok || o != l {
-			emit(Event{Op: EventNew, Kind: KindLink, Link: l})
+			emit(Event{Kind: KindLink, Link: l})
 		}
 	}
 	for k, a := range next.addrs {
 		if o, ok := old.addrs[k]; !ok || o != a {
-			emit(Event{Op: EventNew, Kind: KindAddr, Addr: a})
+			emit(Event{Kind: KindAddr, Addr: a})
 		}
 	}
 }
@@ -248,7 +248,7 @@ outer:
 				continue outer
 			}
 		}
-		emit(Event{Op: EventDel, Kind: KindRule, Rule: o})
+		emit(Event{Deleted: true, Kind: KindRule, Rule: o})
 	}
 	for j, n := range next {
 		if !used[j] {
@@ -256,7 +256,7 @@ outer:
 		}
 	}
 	for _, n := range added {
-		emit(Event{Op: EventNew, Kind: KindRule, Rule: n})
+		emit(Event{Kind: KindRule, Rule: n})
 	}
 }
 
@@ -268,7 +268,7 @@ func diffTables(old, next map[Table]*table, emit func(Event)) {
 			// A route still there with other attributes is reported once,
 			// as new.
 			if nt == nil || !slices.ContainsFunc(nt.getAll(r.Key()), func(n Route) bool { return sameRoute(n, r) }) {
-				emit(Event{Op: EventDel, Kind: KindRoute, Route: r})
+				emit(Event{Deleted: true, Kind: KindRoute, Route: r})
 			}
 			return true
 		})
@@ -277,7 +277,7 @@ func diffTables(old, next map[Table]*table, emit func(Event)) {
 		ot := old[id]
 		nt.all(func(r Route) bool {
 			if ot == nil || !containsRoute(ot.getAll(r.Key()), r) {
-				emit(Event{Op: EventNew, Kind: KindRoute, Route: r})
+				emit(Event{Kind: KindRoute, Route: r})
 			}
 			return true
 		})

@@ -20,10 +20,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DefaultReadBuffer is the multicast socket's receive buffer unless
+// defaultReadBuffer is the multicast socket's receive buffer unless
 // Options.ReadBuffer says otherwise: enough for bursts of tens of thousands
 // of route changes.
-const DefaultReadBuffer = 8 << 20
+const defaultReadBuffer = 8 << 20
 
 // The rtnetlink multicast groups a watcher joins.
 var groups = []uint32{
@@ -43,7 +43,7 @@ type Options struct {
 	// thread's, as it is when New is called.
 	NetNS *NetNS
 	// ReadBuffer is the multicast socket's receive buffer in bytes;
-	// default DefaultReadBuffer.
+	// default 8 MiB.
 	ReadBuffer int
 	// RouteTables, when not nil, restricts the route cache to these
 	// tables: dumps ask the kernel for them alone and events for other
@@ -151,7 +151,7 @@ type Watcher struct {
 // New returns a Watcher that does nothing until Run.
 func New(opts Options) *Watcher {
 	if opts.ReadBuffer == 0 {
-		opts.ReadBuffer = DefaultReadBuffer
+		opts.ReadBuffer = defaultReadBuffer
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -198,20 +198,20 @@ func (w *Watcher) view() View {
 // Synced reports whether the cache currently mirrors the kernel.
 func (w *Watcher) Synced() bool { return w.now.Load().synced }
 
-// Changed returns a channel that is closed at the next change of the cache
+// nextChange returns a channel that is closed at the next change of the cache
 // after the call: an event applied, a resync swapped in, the cache becoming
 // synced or unsynced. Any number of goroutines may wait on it; to wait for
 // a condition, take the channel, check the condition, then wait:
 //
-//	for ch := w.Changed(); !cond(); ch = w.Changed() {
+//	for ch := w.nextChange(); !cond(); ch = w.nextChange() {
 //		<-ch
 //	}
-func (w *Watcher) Changed() <-chan struct{} { return w.now.Load().changed }
+func (w *Watcher) nextChange() <-chan struct{} { return w.now.Load().changed }
 
 // WaitSynced waits until the cache is synced, or returns ctx's error.
 func (w *Watcher) WaitSynced(ctx context.Context) error {
 	for {
-		ch := w.Changed()
+		ch := w.nextChange()
 		if w.Synced() {
 			return nil
 		}

@@ -21,18 +21,23 @@
 // A Watcher subscribes to the rtnetlink groups before it dumps, applies the
 // events queued during the dump after it, and from then on applies every
 // event. WaitSynced waits for the first sync. Read gives a consistent View
-// without copying the cache; Changed returns a channel closed at the next
-// change, which any number of goroutines may wait on; Subscribe delivers
-// every change as an Event, for tools that print them. Barrier waits until
+// without copying the cache. There are three ways to be told about changes,
+// one per need: View.Changed returns a channel closed at the first change
+// after that view, which any number of goroutines may wait on (to re-derive
+// state, as the reconcile loop does); View.Changes lists the changes since
+// an earlier view with who made them (to tell an undo from a flush);
+// Subscribe delivers every change as an Event, in order (for tools that
+// print them). Barrier waits until
 // the cache holds every change the kernel made before the call, such as the
 // caller's own.
 //
 // A View answers what policies ask: Link, LinkByName, Addrs, Routes, Rules,
 // and the questions every policy has: SourceAddrs (a link's usable
 // addresses of a family, primary first), DefaultRoutes (out of a link,
-// lowest metric first), RoutesOut, RoutesTo (a destination whatever its
-// metric) and ConnectedRoutes, each in a documented order. Link and address
-// flags are typed (LinkUp, LinkLowerUp, AddrTentative, Addr.Usable, ...).
+// lowest metric first), ConnectedRoutes (a link's subnets), each in a
+// documented order, and RoutesWithin (the routes inside a prefix). Link and
+// address flags are typed and tested as net.Interface's are
+// (l.Flags&LinkUp != 0; LinkLowerUp, AddrTentative, and Addr.Usable).
 // Options.RouteTables limits the route cache to some tables; View.Cached
 // says which, and reconcile.Plan refuses to own or repair a table outside them.
 //
@@ -68,7 +73,7 @@
 // line that says what it was before. Applier.RouteGet asks which route the
 // kernel would choose, like `ip route get`. Route.Matches compares a wanted
 // route with the kernel's, ignoring the flags the kernel sets itself
-// (KernelRouteFlags).
+// (see Route.Clean).
 //
 // # Network namespaces
 //

@@ -32,14 +32,18 @@ func printChanges(sub *netwatch.Subscription, names map[uint32]string, n int) er
 	defer sub.Close()
 	links := func(i uint32) (netwatch.Link, bool) { return netwatch.Link{Index: i, Name: names[i]}, names[i] != "" }
 	for ev := range sub.Events() {
+		verb := "new"
+		if ev.Deleted {
+			verb = "del"
+		}
 		switch ev.Kind {
 		case netwatch.KindLink:
 			names[ev.Link.Index] = ev.Link.Name
-			fmt.Printf("%v link %s %v (%v)\n", ev.Op, ev.Link.Name, ev.Link.Flags, ev.Origin.Kind)
+			fmt.Printf("%s link %s %v (%v)\n", verb, ev.Link.Name, ev.Link.Flags, ev.Origin.Kind)
 		case netwatch.KindRoute:
-			fmt.Printf("%v route %s (%v)\n", ev.Op, ev.Route.Describe(links), ev.Origin.Kind)
+			fmt.Printf("%s route %s (%v)\n", verb, ev.Route.Describe(links), ev.Origin.Kind)
 		default:
-			fmt.Printf("%v %v (%v)\n", ev.Op, ev.Kind, ev.Origin.Kind)
+			fmt.Printf("%s %v (%v)\n", verb, ev.Kind, ev.Origin.Kind)
 		}
 		if n--; n == 0 {
 			return nil

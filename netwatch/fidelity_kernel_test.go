@@ -43,7 +43,7 @@ func cachedRoute(t *testing.T, w *Watcher, f Family, table Table, dst string) Ro
 	t.Helper()
 	var r Route
 	deadline := time.Now().Add(5 * time.Second)
-	for ch := w.Changed(); ; ch = w.Changed() {
+	for ch := w.nextChange(); ; ch = w.nextChange() {
 		found := false
 		w.Read(func(v View) {
 			for x := range v.Routes(f, table) {

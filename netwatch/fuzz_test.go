@@ -184,18 +184,15 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if ev.Op != EventNew && ev.Op != EventDel {
-			t.Fatalf("event op %v", ev.Op)
-		}
 		// Apply it to an empty cache and to a cache that has it: never
 		// a panic, and a new route or rule is found again.
 		s := newState()
 		s.apply(&ev)
-		if ev.Op == EventNew && ev.Kind == KindRoute && len(s.table(ev.Route.Family, ev.Route.Table, true).getAll(ev.Route.Key())) != 1 {
+		if !ev.Deleted && ev.Kind == KindRoute && len(s.table(ev.Route.Family, ev.Route.Table, true).getAll(ev.Route.Key())) != 1 {
 			t.Fatalf("route %v not cached after its event", ev.Route)
 		}
 		s.apply(&ev)
-		ev.Op = EventDel
+		ev.Deleted = true
 		s.apply(&ev)
 	})
 }
@@ -366,7 +363,7 @@ func FuzzCompactRoute(f *testing.F) {
 				t.Fatalf("fast path: %v; general path: %v", fastErr, slowErr)
 			}
 		}
-		got, want := (View{s: fast}).Snapshot().Routes, (View{s: slow}).Snapshot().Routes
+		got, want := (View{s: fast}).snapshot().Routes, (View{s: slow}).snapshot().Routes
 		if !slices.EqualFunc(got, want, Route.Equal) {
 			t.Fatalf("fast path cached\n%+v\ngeneral path\n%+v", got, want)
 		}

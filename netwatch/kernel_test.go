@@ -550,7 +550,7 @@ func stateOf(snap Snapshot) kernelState {
 	for _, l := range snap.Links {
 		names[l.Index] = l.Name
 		s.Links = append(s.Links, kLink{
-			Index: l.Index, Name: l.Name, MTU: l.MTU, Up: l.Up(), LowerUp: l.LowerUp(),
+			Index: l.Index, Name: l.Name, MTU: l.MTU, Up: l.Flags&LinkUp != 0, LowerUp: l.Flags&LinkLowerUp != 0,
 			OperState: l.OperState.String(), Kind: l.Kind, Master: l.Master,
 		})
 	}
@@ -630,7 +630,7 @@ func startWatcher(tb testing.TB, opts Options) *Watcher {
 func waitSynced(tb testing.TB, w *Watcher, timeout time.Duration) {
 	tb.Helper()
 	deadline := time.After(timeout)
-	for ch := w.Changed(); !w.Synced(); ch = w.Changed() {
+	for ch := w.nextChange(); !w.Synced(); ch = w.nextChange() {
 		select {
 		case <-ch:
 		case <-deadline:
@@ -655,7 +655,7 @@ func waitConverged(tb testing.TB, w *Watcher, ns *testNS, timeout time.Duration,
 		if w.Synced() {
 			want := ns.oracle(tb)
 			var got kernelState
-			w.Read(func(v View) { got = stateOf(v.Snapshot()) })
+			w.Read(func(v View) { got = stateOf(v.snapshot()) })
 			if diff = gocmp.Diff(want, got); diff == "" {
 				if os.Getenv("MARKSPLIT_CONVERGE_LOG") != "" {
 					tb.Logf("%s: converged in %v", context, time.Since(start))
@@ -1514,7 +1514,7 @@ func TestKernelIPv6SharedKey(t *testing.T) {
 			}
 		}
 		w.Read(func(v View) {
-			for _, r := range v.RoutesTo(TableMain, netip.MustParsePrefix("fd0b::/64")) {
+			for _, r := range v.routesTo(TableMain, netip.MustParsePrefix("fd0b::/64")) {
 				if len(r.NextHops) > 0 {
 					cache = append(cache, "multipath")
 					continue

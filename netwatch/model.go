@@ -42,18 +42,18 @@ type Table uint32
 
 // Reserved tables.
 const (
-	TableUnspec  Table = 0
-	TableCompat  Table = 252
-	TableDefault Table = 253
+	tableUnspec  Table = 0
+	tableCompat  Table = 252
+	tableDefault Table = 253
 	TableMain    Table = 254
 	TableLocal   Table = 255
 )
 
 func (t Table) String() string {
 	switch t {
-	case TableUnspec:
+	case tableUnspec:
 		return "unspec"
-	case TableDefault:
+	case tableDefault:
 		return "default"
 	case TableMain:
 		return "main"
@@ -135,7 +135,7 @@ type RouteType uint8
 
 // Route types.
 const (
-	RouteUnspec      RouteType = 0
+	routeUnspec      RouteType = 0
 	RouteUnicast     RouteType = 1
 	RouteLocal       RouteType = 2
 	routeBroadcast   RouteType = 3
@@ -168,7 +168,7 @@ type RuleAction uint8
 
 // Rule actions.
 const (
-	ActionUnspec      RuleAction = 0
+	actionUnspec      RuleAction = 0
 	ActionToTable     RuleAction = 1
 	actionGoto        RuleAction = 2
 	actionNop         RuleAction = 3
@@ -179,7 +179,7 @@ const (
 
 func (a RuleAction) String() string {
 	switch a {
-	case ActionUnspec:
+	case actionUnspec:
 		return "unspec"
 	case ActionToTable:
 		return "lookup"
@@ -231,12 +231,6 @@ type Link struct {
 	Master    uint32    // IFLA_MASTER, 0 if none
 }
 
-// Up reports whether the link is administratively up (IFF_UP).
-func (l Link) Up() bool { return l.Flags&LinkUp != 0 }
-
-// LowerUp reports whether the link has carrier (IFF_LOWER_UP).
-func (l Link) LowerUp() bool { return l.Flags&LinkLowerUp != 0 }
-
 // Addr is an interface address. Prefix holds the address itself with the
 // prefix length of its subnet (10.0.0.5/16): it is not masked.
 type Addr struct {
@@ -266,8 +260,8 @@ type addrKey struct {
 	Peer   netip.Addr
 }
 
-// Key returns the address's identity.
-func (a Addr) Key() addrKey { return addrKey{a.Index, a.Prefix, a.Peer} }
+// key returns the address's identity.
+func (a Addr) key() addrKey { return addrKey{a.Index, a.Prefix, a.Peer} }
 
 // NextHop is one path of a multipath route.
 type NextHop struct {
@@ -293,8 +287,9 @@ type Route struct {
 	Src    netip.Prefix // source prefix selector (IPv6 "from"); zero if none
 	TOS    uint8
 	// Metric is RTA_PRIORITY. The kernel stores an IPv6 route asked for
-	// with metric 0 at IPv6DefaultMetric, and reports that: reconcile.Plan takes a
-	// desired IPv6 route with metric 0 as one with 1024.
+	// with metric 0 at 1024, and reports that: Clean (and so Matches and
+	// reconcile.Plan) takes a desired IPv6 route with metric 0 as one with
+	// 1024.
 	Metric   uint32
 	Gateway  netip.Addr
 	Index    uint32 // output link (RTA_OIF)
@@ -400,7 +395,7 @@ type RouteKey struct {
 
 // Compare orders route keys by family, table, destination (address, then
 // length: a covering prefix before the prefixes it covers), source, TOS
-// and metric, as View.Snapshot sorts routes. It returns -1, 0 or +1.
+// and metric, as a Snapshot's views list routes. It returns -1, 0 or +1.
 func (k RouteKey) Compare(o RouteKey) int {
 	return cmp.Or(
 		cmp.Compare(k.Family, o.Family), cmp.Compare(k.Table, o.Table),
@@ -411,9 +406,9 @@ func (k RouteKey) Compare(o RouteKey) int {
 
 func compareRoutes(a, b Route) int { return a.Key().Compare(b.Key()) }
 
-// IPv6DefaultMetric is the metric the kernel gives an IPv6 route that
+// ipv6DefaultMetric is the metric the kernel gives an IPv6 route that
 // asks for none (or for 0).
-const IPv6DefaultMetric = 1024
+const ipv6DefaultMetric = 1024
 
 // Key returns the route's identity.
 func (r Route) Key() RouteKey {
@@ -522,7 +517,7 @@ func (r Rule) String() string {
 	return strconv.FormatUint(uint64(r.Priority), 10) + ":\t" + render(ws)
 }
 
-// KernelRouteFlags are the route and next-hop flags the kernel sets on its
+// kernelRouteFlags are the route and next-hop flags the kernel sets on its
 // own: a route whose link lost carrier is linkdown, one whose link went down
 // is dead, offload and trap come from hardware, unresolved from the
 // neighbour state, and the kernel's RTM_F_PREFIX (0x800) marks IPv6 prefix
@@ -530,24 +525,30 @@ func (r Rule) String() string {
 // route never carries them (the kernel refuses dead and linkdown in a
 // request), so Route.Matches ignores them when it compares a desired route with the
 // kernel's and a plan strips them from the routes it asks the kernel to install.
-const KernelRouteFlags = RouteDead | routeOffload | RouteLinkdown | routeUnresolved | routeTrap | 0x800 | 0x20000000
+const kernelRouteFlags = RouteDead | routeOffload | RouteLinkdown | routeUnresolved | routeTrap | 0x800 | 0x20000000
 
-// Clean returns r without KernelRouteFlags, on it and its next hops: the
-// route as a request may name it.
+// Clean returns r as a request may name it and as the kernel would store
+// it: without the flags only the kernel sets, on it and on its next hops
+// (dead, linkdown, offload, trap, unresolved, and the kernel's
+// RTM_F_PREFIX and RTM_F_OFFLOAD_FAILED bits), and, for IPv6, with a
+// metric of 0 made the kernel's 1024.
 func (r Route) Clean() Route {
-	r.Flags &^= KernelRouteFlags
+	r.Flags &^= kernelRouteFlags
+	if r.Family == IPv6 && r.Metric == 0 {
+		r.Metric = ipv6DefaultMetric
+	}
 	if r.NextHops != nil {
 		nhs := slices.Clone(r.NextHops)
 		for i := range nhs {
-			nhs[i].Flags &^= KernelRouteFlags
+			nhs[i].Flags &^= kernelRouteFlags
 		}
 		r.NextHops = nhs
 	}
 	return r
 }
 
-// Matches reports whether r and o are the same route but for
-// KernelRouteFlags: whether a desired route r is in the kernel as o.
+// Matches reports whether r and o are the same route once both are Clean:
+// whether a desired route r is in the kernel as o.
 func (r Route) Matches(o Route) bool {
 	return r.Clean().Equal(o.Clean())
 }

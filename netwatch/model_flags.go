@@ -19,7 +19,9 @@ const (
 )
 
 // LinkFlags are a link's IFF_* bits (linux/if.h); every bit the kernel
-// reports is kept, named or not.
+// reports is kept, named or not. Test them as net.Interface's flags are
+// tested: l.Flags&LinkUp != 0 (administratively up), l.Flags&LinkLowerUp != 0
+// (carrier).
 type LinkFlags uint32
 
 // Link flags a policy asks about.

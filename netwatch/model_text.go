@@ -216,7 +216,7 @@ func itoa[T ~uint8 | ~uint16 | ~uint32 | ~uint64](v T) string {
 // ip(8)'s order; the protocol is among them.
 func routeWords(r Route, links func(uint32) (Link, bool)) []word {
 	dst := prefixText(r.Dst, "default")
-	if r.Type != RouteUnicast && r.Type != RouteUnspec {
+	if r.Type != RouteUnicast && r.Type != routeUnspec {
 		dst = r.Type.String() + " " + dst
 	}
 	as := []word{{"", dst}}

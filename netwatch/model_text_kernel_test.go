@@ -70,10 +70,10 @@ func TestKernelText(t *testing.T) {
 
 	var gotRoutes, gotRules []string
 	deadline := time.Now().Add(5 * time.Second)
-	for ch := w.Changed(); ; ch = w.Changed() {
+	for ch := w.nextChange(); ; ch = w.nextChange() {
 		gotRoutes, gotRules = nil, nil
 		w.Read(func(v View) {
-			snap := v.Snapshot()
+			snap := v.snapshot()
 			for _, r := range snap.Routes {
 				gotRoutes = append(gotRoutes, textNorm(r.Describe(v.Link)))
 			}
@@ -122,7 +122,7 @@ func TestKernelLinkMTUChange(t *testing.T) {
 	cacheText := func() []string {
 		var got []string
 		w.Read(func(v View) {
-			for _, r := range v.Snapshot().Routes {
+			for _, r := range v.snapshot().Routes {
 				got = append(got, textNorm(r.Describe(v.Link)))
 			}
 		})

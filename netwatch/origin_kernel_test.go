@@ -95,28 +95,28 @@ func TestKernelOrigins(t *testing.T) {
 		want  Origin
 	}{
 		{"route add 10.1.0.0/16 via 10.0.0.1 table 70000", "route added", func(ev Event) bool {
-			return ev.Kind == KindRoute && ev.Op == EventNew && ev.Route.Dst == netip.MustParsePrefix("10.1.0.0/16")
+			return ev.Kind == KindRoute && !ev.Deleted && ev.Route.Dst == netip.MustParsePrefix("10.1.0.0/16")
 		}, program},
 		{"route del 10.1.0.0/16 via 10.0.0.1 table 70000", "route deleted", func(ev Event) bool {
-			return ev.Kind == KindRoute && ev.Op == EventDel && ev.Route.Dst == netip.MustParsePrefix("10.1.0.0/16")
+			return ev.Kind == KindRoute && ev.Deleted && ev.Route.Dst == netip.MustParsePrefix("10.1.0.0/16")
 		}, program},
 		{"route add fd01::/64 dev eth0 table 70000", "IPv6 route added", func(ev Event) bool {
-			return ev.Kind == KindRoute && ev.Op == EventNew && ev.Route.Dst == netip.MustParsePrefix("fd01::/64")
+			return ev.Kind == KindRoute && !ev.Deleted && ev.Route.Dst == netip.MustParsePrefix("fd01::/64")
 		}, program},
 		{"rule add fwmark 0x1 lookup 70000 pref 70", "rule added", func(ev Event) bool {
-			return ev.Kind == KindRule && ev.Op == EventNew && ev.Rule.Priority == 70
+			return ev.Kind == KindRule && !ev.Deleted && ev.Rule.Priority == 70
 		}, program},
 		{"rule del pref 70", "rule deleted", func(ev Event) bool {
-			return ev.Kind == KindRule && ev.Op == EventDel && ev.Rule.Priority == 70
+			return ev.Kind == KindRule && ev.Deleted && ev.Rule.Priority == 70
 		}, program},
 		{"addr add 10.0.0.6/24 dev eth0", "IPv4 address added", func(ev Event) bool {
-			return ev.Kind == KindAddr && ev.Op == EventNew && ev.Addr.Prefix == netip.MustParsePrefix("10.0.0.6/24")
+			return ev.Kind == KindAddr && !ev.Deleted && ev.Addr.Prefix == netip.MustParsePrefix("10.0.0.6/24")
 		}, program},
 		{"addr del 10.0.0.6/24 dev eth0", "IPv4 address deleted", func(ev Event) bool {
-			return ev.Kind == KindAddr && ev.Op == EventDel && ev.Addr.Prefix == netip.MustParsePrefix("10.0.0.6/24")
+			return ev.Kind == KindAddr && ev.Deleted && ev.Addr.Prefix == netip.MustParsePrefix("10.0.0.6/24")
 		}, program},
 		{"addr add fd00::6/64 dev eth0 nodad", "IPv6 address added", func(ev Event) bool {
-			return ev.Kind == KindAddr && ev.Op == EventNew && ev.Addr.Prefix == netip.MustParsePrefix("fd00::6/64")
+			return ev.Kind == KindAddr && !ev.Deleted && ev.Addr.Prefix == netip.MustParsePrefix("fd00::6/64")
 		}, kernel},
 		{"link set eth0 mtu 1400", "link changed", func(ev Event) bool {
 			return ev.Kind == KindLink && ev.Link.Name == "eth0" && ev.Link.MTU == 1400
@@ -141,7 +141,7 @@ func TestKernelOrigins(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := waitEvent(t, sub, "our route", func(ev Event) bool {
-		return ev.Kind == KindRoute && ev.Op == EventNew && ev.Route.Dst == r.Dst
+		return ev.Kind == KindRoute && !ev.Deleted && ev.Route.Dst == r.Dst
 	}).Origin; got != self {
 		t.Errorf("our own route: origin %+v, want %+v", got, self)
 	}
@@ -150,7 +150,7 @@ func TestKernelOrigins(t *testing.T) {
 	// word, and the re-dump after the link's event finds them gone.
 	ip.run(t, "link set eth0 down")
 	if got := waitEvent(t, sub, "the flushed route", func(ev Event) bool {
-		return ev.Kind == KindRoute && ev.Op == EventDel && ev.Route.Dst == r.Dst
+		return ev.Kind == KindRoute && ev.Deleted && ev.Route.Dst == r.Dst
 	}).Origin; got != (Origin{Kind: OriginResync}) {
 		t.Errorf("the route flushed with its link: origin %+v, want resync", got)
 	}

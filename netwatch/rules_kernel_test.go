@@ -45,7 +45,7 @@ func TestKernelHotRuleDeleter(t *testing.T) {
 	end := time.Now().Add(2 * time.Second)
 	adds := 0
 	for time.Now().Before(end) {
-		ch := w.Changed()
+		ch := w.nextChange()
 		has := false
 		w.Read(func(v View) {
 			for r := range v.Rules(IPv4) {

@@ -72,7 +72,7 @@ func (s Snapshot) View() View {
 		st.links[l.Index] = l
 	}
 	for _, a := range s.Addrs {
-		st.addrs[a.Key()] = a
+		st.addrs[a.key()] = a
 	}
 	for _, r := range s.Routes {
 		tb := st.table(r.Family, r.Table, true)
@@ -106,8 +106,8 @@ func (v View) Cached(t Table) bool { return v.tables.has(t) }
 // since. A view that is not synced must not be used to remove anything.
 func (v View) Synced() bool { return v.s != nil && v.s.synced }
 
-// Generation counts the changes applied to the cache.
-func (v View) Generation() uint64 { return v.s.gen }
+// generation counts the changes applied to the cache.
+func (v View) generation() uint64 { return v.s.gen }
 
 // Changed returns a channel that is closed at the first change of the cache
 // after this view; it may be kept after the view is not. A Snapshot's view
@@ -202,9 +202,9 @@ func (v View) Tables(f Family) []Table {
 }
 
 // Routes yields the routes of family f in table t, in no particular order
-// (mostly the kernel's dump order; Snapshot sorts). For the routes a
-// policy usually wants, see RoutesTo, RoutesOut, DefaultRoutes and
-// ConnectedRoutes, which return them in a documented order.
+// (mostly the kernel's dump order). For the routes a policy usually wants,
+// see DefaultRoutes and ConnectedRoutes, which return them in a documented
+// order, and RoutesWithin.
 func (v View) Routes(f Family, t Table) iter.Seq[Route] {
 	return func(yield func(Route) bool) {
 		if tb := v.s.table(f, t, false); tb != nil {
@@ -230,8 +230,8 @@ func (v View) RoutesWithin(t Table, p netip.Prefix) iter.Seq[Route] {
 
 // Route returns the routes with key k: usually one, more when routes were
 // appended to the same key (the first is the one the kernel uses). The key
-// holds the metric; RoutesTo finds a destination's routes whatever their
-// metric.
+// holds the metric; RoutesWithin finds a destination's routes whatever
+// their metric.
 func (v View) Route(k RouteKey) []Route {
 	if tb := v.s.table(k.Family, k.Table, false); tb != nil {
 		return tb.getAll(k)
@@ -253,10 +253,10 @@ func (v View) Rules(f Family) iter.Seq[Rule] {
 	return slices.Values(v.s.rules[fi(f)])
 }
 
-// Snapshot copies the view into plain values: links by index, addresses by
+// snapshot copies the view into plain values: links by index, addresses by
 // link and address, routes by family, table and destination, rules in
 // kernel order, IPv4 before IPv6.
-func (v View) Snapshot() Snapshot {
+func (v View) snapshot() Snapshot {
 	var s Snapshot
 	s.Links = slices.Collect(v.Links())
 	s.Addrs = slices.Collect(v.Addrs(0))

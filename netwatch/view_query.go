@@ -43,11 +43,11 @@ func (a Addr) global() bool {
 	return a.Scope == ScopeUniverse && !a.Prefix.Addr().IsLinkLocalUnicast()
 }
 
-// RoutesTo returns the routes of family FamilyOf(dst) in table t whose
+// routesTo returns the routes of family FamilyOf(dst) in table t whose
 // destination is dst, whatever their source, TOS and metric: lowest metric
 // first (then by source and TOS), the order in which the kernel prefers
 // them. Routes that share a key come in the kernel's order.
-func (v View) RoutesTo(t Table, dst netip.Prefix) []Route {
+func (v View) routesTo(t Table, dst netip.Prefix) []Route {
 	var rs []Route
 	for r := range v.Routes(FamilyOf(dst.Addr()), t) {
 		if r.Dst == dst {
@@ -60,12 +60,12 @@ func (v View) RoutesTo(t Table, dst netip.Prefix) []Route {
 	return rs
 }
 
-// RoutesOut returns the routes of family f in table t that leave by link
+// routesOut returns the routes of family f in table t that leave by link
 // index: the route's own link, or one of its paths (NextHops), a path the
 // kernel marked dead (RouteDead) not counting. They are sorted by
-// destination, source, TOS and metric, as Snapshot sorts them. Routes
+// destination, source, TOS and metric (RouteKey.Compare). Routes
 // through a nexthop object (NHID) carry no link and are never returned.
-func (v View) RoutesOut(f Family, t Table, index uint32) []Route {
+func (v View) routesOut(f Family, t Table, index uint32) []Route {
 	var rs []Route
 	for r := range v.Routes(f, t) {
 		if _, ok := r.PathOut(index); ok {
@@ -77,7 +77,8 @@ func (v View) RoutesOut(f Family, t Table, index uint32) []Route {
 }
 
 // DefaultRoutes returns the default routes of family f in table t out of
-// link index (RoutesOut), or out of any link when index is 0: unicast
+// link index (its own link, or a live path's), or out of any link when
+// index is 0: unicast
 // routes to 0.0.0.0/0 or ::/0 without a source prefix or TOS, lowest
 // metric first, the one the kernel uses. Two of them can share a key (an
 // IPv4 table may hold routes that differ only beyond it, `ip route
@@ -100,18 +101,18 @@ func (v View) DefaultRoutes(f Family, t Table, index uint32) []Route {
 // ConnectedRoutes returns the routes the kernel made for the subnets of
 // link index's addresses of family f: the main table's routes out of the
 // link with protocol kernel and no gateway (IPv6's fe80::/64 among them),
-// sorted as RoutesOut sorts.
+// sorted by RouteKey.Compare.
 func (v View) ConnectedRoutes(index uint32, f Family) []Route {
-	rs := v.RoutesOut(f, TableMain, index)
+	rs := v.routesOut(f, TableMain, index)
 	return slices.DeleteFunc(rs, func(r Route) bool {
 		return r.Protocol != ProtoKernel || r.Gateway.IsValid() || r.NextHops != nil || r.Type != RouteUnicast
 	})
 }
 
-// Paths returns the route's paths: its NextHops when it is multipath, else
+// paths returns the route's paths: its NextHops when it is multipath, else
 // one made of its own gateway, link and flags. A route through a nexthop
 // object (NHID) has none.
-func (r Route) Paths() []NextHop {
+func (r Route) paths() []NextHop {
 	if r.NextHops != nil {
 		return r.NextHops
 	}
@@ -126,7 +127,7 @@ func (r Route) Paths() []NextHop {
 func (r Route) PathOut(index uint32) (NextHop, bool) {
 	var found NextHop
 	ok := false
-	for _, h := range r.Paths() {
+	for _, h := range r.paths() {
 		if h.Index != index || h.Flags&RouteDead != 0 {
 			continue
 		}

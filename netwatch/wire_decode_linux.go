@@ -68,9 +68,7 @@ func decode(m netlink.Message, tables tableFilter) (change, error) {
 	}
 	switch m.Header.Type {
 	case unix.RTM_DELLINK, unix.RTM_DELADDR, unix.RTM_DELROUTE, unix.RTM_DELRULE:
-		ev.Op = EventDel
-	default:
-		ev.Op = EventNew
+		ev.Deleted = true
 	}
 	return ev, err
 }

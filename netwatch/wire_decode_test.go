@@ -234,8 +234,8 @@ func TestDecodeLink(t *testing.T) {
 				if diff := gocmp.Diff(tc.want, got); diff != "" {
 					t.Errorf("(-want +got):\n%s", diff)
 				}
-				if !got.Up() || !got.LowerUp() {
-					t.Errorf("Up %t LowerUp %t", got.Up(), got.LowerUp())
+				if got.Flags&LinkUp == 0 || got.Flags&LinkLowerUp == 0 {
+					t.Errorf("Up %t LowerUp %t", got.Flags&LinkUp != 0, got.Flags&LinkLowerUp != 0)
 				}
 			}
 		})
@@ -352,18 +352,18 @@ func TestDecodeEvent(t *testing.T) {
 		flags netlink.HeaderFlags
 		want  change
 	}{
-		{unix.RTM_NEWROUTE, netlink.Create | netlink.Excl, change{Event{Op: EventNew, Kind: KindRoute}, howExcl}},
-		{unix.RTM_NEWROUTE, netlink.Create, change{Event{Op: EventNew, Kind: KindRoute}, howPrepend}},
-		{unix.RTM_NEWROUTE, netlink.Create | netlink.Append, change{Event{Op: EventNew, Kind: KindRoute}, howAppend}},
-		{unix.RTM_NEWROUTE, netlink.Replace, change{Event{Op: EventNew, Kind: KindRoute}, howReplace}},
-		{unix.RTM_NEWROUTE, netlink.Multi, change{Event{Op: EventNew, Kind: KindRoute}, 0}},
-		{unix.RTM_DELROUTE, 0, change{Event{Op: EventDel, Kind: KindRoute}, 0}},
+		{unix.RTM_NEWROUTE, netlink.Create | netlink.Excl, change{Event{Kind: KindRoute}, howExcl}},
+		{unix.RTM_NEWROUTE, netlink.Create, change{Event{Kind: KindRoute}, howPrepend}},
+		{unix.RTM_NEWROUTE, netlink.Create | netlink.Append, change{Event{Kind: KindRoute}, howAppend}},
+		{unix.RTM_NEWROUTE, netlink.Replace, change{Event{Kind: KindRoute}, howReplace}},
+		{unix.RTM_NEWROUTE, netlink.Multi, change{Event{Kind: KindRoute}, 0}},
+		{unix.RTM_DELROUTE, 0, change{Event{Deleted: true, Kind: KindRoute}, 0}},
 	} {
 		ev, err := decode(netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(tc.typ), Flags: tc.flags}, Data: route}, tableFilter{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.Op != tc.want.Op || ev.Kind != tc.want.Kind || ev.how != tc.want.how || ev.Route.Table != 70000 {
+		if ev.Deleted != tc.want.Deleted || ev.Kind != tc.want.Kind || ev.how != tc.want.how || ev.Route.Table != 70000 {
 			t.Errorf("type %d flags %v: %+v", tc.typ, tc.flags, ev)
 		}
 	}

@@ -36,7 +36,7 @@ func (c Config) Desired(v netwatch.View) reconcile.Desired {
 	case !ok:
 		d.Notes = []string{"uplinkpin: uplink " + c.Uplink + " does not exist: marked packets follow the main table"}
 		return d
-	case !link.Up() || !link.LowerUp():
+	case link.Flags&netwatch.LinkUp == 0 || link.Flags&netwatch.LinkLowerUp == 0:
 		d.Notes = []string{"uplinkpin: uplink " + c.Uplink + " is down: marked packets follow the main table"}
 		return d
 	}

@@ -37,7 +37,7 @@ func (c Config) Desired(v netwatch.View) reconcile.Desired {
 	case !ok:
 		d.Notes = []string{"vpnbypass: link " + c.Link + " does not exist: nothing is routed through it"}
 		return d
-	case !link.Up():
+	case link.Flags&netwatch.LinkUp == 0:
 		d.Notes = []string{"vpnbypass: link " + c.Link + " is down: nothing is routed through it"}
 		return d
 	}

@@ -42,7 +42,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	jsonOut := fs.Bool("json", false, "print JSON lines (the state dump of docs/design.md) instead of ip(8)'s words")
 	once := fs.Bool("once", false, "print the state after the initial sync and exit")
 	netns := fs.String("netns", "", "network namespace to watch, as a path (/run/netns/NAME or /proc/PID/ns/net); default: this process's")
-	buf := fs.Int("buffer", netwatch.DefaultReadBuffer, "multicast receive buffer in bytes")
+	buf := fs.Int("buffer", 0, "multicast receive buffer in `bytes`; 0 takes netwatch's default (8 MiB)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -125,7 +125,7 @@ func watch(ctx context.Context, w *netwatch.Watcher, once, jsonOut bool, out io.
 				return sub.Err()
 			}
 			if ev.Kind == netwatch.KindLink {
-				if ev.Op == netwatch.EventDel {
+				if ev.Deleted {
 					delete(names, ev.Link.Index)
 				} else {
 					names[ev.Link.Index] = ev.Link.Name
@@ -155,7 +155,7 @@ func textLine(ev netwatch.Event, event bool, names map[uint32]string) string {
 	case netwatch.KindLink:
 		l := ev.Link
 		state := "down"
-		if l.Up() {
+		if l.Flags&netwatch.LinkUp != 0 {
 			state = "up"
 		}
 		s = fmt.Sprintf("link %d %s mtu %d %s", l.Index, l.Name, l.MTU, state)
@@ -173,7 +173,7 @@ func textLine(ev netwatch.Event, event bool, names map[uint32]string) string {
 		}
 	}
 	if event {
-		s = ev.Op.String() + " " + s + " (" + ev.Origin.String() + ")"
+		s = verb(ev) + " " + s + " (" + ev.Origin.String() + ")"
 	}
 	return terminalSafe(s)
 }

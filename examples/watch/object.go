@@ -151,11 +151,20 @@ type ruleLine struct {
 	Attrs             []attrObj `json:"attrs,omitempty"`
 }
 
+// verb is an event's first word, as ip monitor's "Deleted" is: "new" for
+// an object that appeared or changed, "del" for one that went away.
+func verb(ev netwatch.Event) string {
+	if ev.Deleted {
+		return "del"
+	}
+	return "new"
+}
+
 // eventLine returns the line of one change: the object's line with the
 // event and its origin.
 func eventLine(ev netwatch.Event, names map[uint32]string) any {
 	o := originOf(ev.Origin)
-	switch l := line(ev, ev.Op.String(), names).(type) {
+	switch l := line(ev, verb(ev), names).(type) {
 	case linkLine:
 		l.origin = o
 		return l
@@ -177,7 +186,7 @@ func line(ev netwatch.Event, event string, names map[uint32]string) any {
 	switch ev.Kind {
 	case netwatch.KindLink:
 		l := ev.Link
-		return linkLine{Kind: "link", Event: event, Index: l.Index, Name: l.Name, MTU: l.MTU, Up: l.Up(),
+		return linkLine{Kind: "link", Event: event, Index: l.Index, Name: l.Name, MTU: l.MTU, Up: l.Flags&netwatch.LinkUp != 0,
 			LinkKind: l.Kind, OperState: l.OperState.String()}
 	case netwatch.KindAddr:
 		a := ev.Addr

@@ -17,7 +17,7 @@ import (
 func viaEth1(v netwatch.View) (reconcile.Desired, bool) {
 	d := reconcile.Desired{Own: reconcile.Own(920, 920)}
 	eth1, ok := v.LinkByName("eth1")
-	if !ok || !eth1.Up() {
+	if !ok || eth1.Flags&netwatch.LinkUp == 0 {
 		d.Notes = []string{"eth1 is missing or down"}
 		return d, true
 	}

@@ -16,7 +16,7 @@ type Owned struct {
 func Own(table netwatch.Table, priority uint32) Owned {
 	var o Owned
 	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
-		if table != netwatch.TableUnspec {
+		if table != 0 {
 			o.Tables = append(o.Tables, OwnedTable{f, table})
 		}
 		if priority != 0 {

@@ -15,7 +15,7 @@ import (
 func pin(v netwatch.View) reconcile.Desired {
 	d := reconcile.Desired{Own: reconcile.Own(920, 920)}
 	eth1, ok := v.LinkByName("eth1")
-	if !ok || !eth1.Up() {
+	if !ok || eth1.Flags&netwatch.LinkUp == 0 {
 		// Nothing wanted: Plan removes everything owned; the note says why.
 		d.Notes = []string{"eth1 is missing or down"}
 		return d

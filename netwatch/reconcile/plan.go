@@ -35,7 +35,7 @@ func (e *PlanError) Unwrap() error { return e.Err }
 // hold side by side.
 //
 // Routes. A desired route whose key holds an equal route (ignoring
-// KernelRouteFlags) needs nothing; otherwise it is a RouteReplace, with Was
+// the flags only the kernel sets) needs nothing; otherwise it is a RouteReplace, with Was
 // set to the route it replaces. Every other route in an owned table is a
 // RouteDelete: the routes whose key is not desired, and the extra routes
 // appended to a desired key.
@@ -167,7 +167,7 @@ func (p *planner) wantRoutes(v netwatch.View, rs []netwatch.Route) error {
 		if err := checkRoute(r); err != nil {
 			return fmt.Errorf("%s: %w", planRouteName(v, r), err)
 		}
-		r.Metric = kernelMetric(r)
+		r = r.Clean()
 		if !p.tables[OwnedTable{r.Family, r.Table}] {
 			return fmt.Errorf("%s: table %v is not owned", planRouteName(v, r), r.Table)
 		}
@@ -218,7 +218,7 @@ func (p *planner) wantRepairs(v netwatch.View, rs []netwatch.Route) error {
 		if err := checkRoute(r); err != nil {
 			return fmt.Errorf("repair of %s: %w", planRouteName(v, r), err)
 		}
-		r.Metric = kernelMetric(r)
+		r = r.Clean()
 		if p.tables[OwnedTable{r.Family, r.Table}] {
 			return fmt.Errorf("repair of %s: table %v is owned", planRouteName(v, r), r.Table)
 		}
@@ -272,7 +272,7 @@ func checkRoute(r netwatch.Route) error {
 		return fmt.Errorf("source is not a masked %v prefix", r.Family)
 	}
 	switch {
-	case r.Type == netwatch.RouteUnspec:
+	case r.Type == 0:
 		// The kernel blames the scope ("Invalid scope"), which misleads.
 		return errors.New("its Type is not set (netwatch.RouteUnicast for an ordinary route)")
 	case r.Type == netwatch.RouteUnicast && r.Index == 0 && !r.Gateway.IsValid() && len(r.NextHops) == 0 && r.NHID == 0:
@@ -386,7 +386,7 @@ func routeDeleteHits(del, r netwatch.Route) bool {
 	switch {
 	case del.Key() != r.Key():
 		return false
-	case del.Type != netwatch.RouteUnspec && del.Type != r.Type:
+	case del.Type != 0 && del.Type != r.Type:
 		return false
 	case del.Gateway.IsValid() && del.Gateway != r.Gateway:
 		return false
@@ -510,7 +510,7 @@ func simulateRules(cur []netwatch.Rule, ops []netwatch.Op) []netwatch.Rule {
 // attributes are sent with it; the model takes them as one selector.
 func ruleDeleteHits(del, r netwatch.Rule) bool {
 	return del.Family == r.Family && del.Priority == r.Priority &&
-		(del.Action == netwatch.ActionUnspec || del.Action == r.Action) &&
+		(del.Action == 0 || del.Action == r.Action) &&
 		(del.Table == 0 || del.Table == r.Table) &&
 		(del.IIF == "" || del.IIF == r.IIF) &&
 		(del.OIF == "" || del.OIF == r.OIF) &&
@@ -598,15 +598,6 @@ func (p *planner) ops() []netwatch.Op {
 		ops = append(ops, g.ops...)
 	}
 	return append(ops, p.routeDel...)
-}
-
-// kernelMetric is the metric the kernel stores for r when asked to
-// install it: an IPv6 route's 0 is IPv6DefaultMetric.
-func kernelMetric(r netwatch.Route) uint32 {
-	if r.Family == netwatch.IPv6 && r.Metric == 0 {
-		return netwatch.IPv6DefaultMetric
-	}
-	return r.Metric
 }
 
 // ruleName names r in a plan error as the log lines do: "rule 900 (inet6):

@@ -54,7 +54,7 @@ func ruleDel(r netwatch.Rule) netwatch.Op   { return netwatch.Op{Kind: netwatch.
 
 func TestPlan(t *testing.T) {
 	linkdown := with(tr, func(r *netwatch.Route) {
-		r.Flags = netwatch.KernelRouteFlags
+		r.Flags = netwatch.RouteLinkdown | netwatch.RouteDead
 	})
 	onlink := with(tr, func(r *netwatch.Route) { r.Flags = netwatch.RouteOnlink })
 	stale := with(tr, func(r *netwatch.Route) { r.MTU = 1420 })
@@ -422,7 +422,7 @@ func TestPlanScope(t *testing.T) {
 			r := netwatch.Rule{
 				Family: fam, Priority: prio,
 				Table:    rapid.SampledFrom([]netwatch.Table{0, 900, 901}).Draw(t, label+"Table"),
-				Action:   rapid.SampledFrom([]netwatch.RuleAction{netwatch.ActionToTable, netwatch.ActionUnspec}).Draw(t, label+"Action"),
+				Action:   rapid.SampledFrom([]netwatch.RuleAction{netwatch.ActionToTable, 0}).Draw(t, label+"Action"),
 				Invert:   rapid.Bool().Draw(t, label+"Invert"),
 				Mark:     rapid.SampledFrom([]netwatch.Mark{0, 0xe00, 0x1e00}).Draw(t, label+"Mark"),
 				Mask:     rapid.SampledFrom([]netwatch.Mark{0, 0xf00}).Draw(t, label+"Mask"),
@@ -447,7 +447,7 @@ func TestPlanScope(t *testing.T) {
 		keys := make(map[netwatch.RouteKey]bool)
 		for i := range rapid.IntRange(0, 4).Draw(t, "desiredRoutes") {
 			r := genRoute(t, "want"+string(rune('a'+i)), 900, ownT.Family)
-			r.Flags &^= netwatch.KernelRouteFlags
+			r = r.Clean()
 			if !keys[r.Key()] {
 				keys[r.Key()] = true
 				d.Routes = append(d.Routes, r)

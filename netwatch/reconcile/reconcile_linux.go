@@ -403,7 +403,8 @@ func (l *loop) coalesce(ctx context.Context) bool {
 	t := time.NewTimer(min(quiet, time.Until(end)))
 	defer t.Stop()
 	for {
-		ch := l.r.Watcher.Changed()
+		var ch <-chan struct{}
+		l.r.Watcher.Read(func(v netwatch.View) { ch = v.Changed() })
 		select {
 		case <-ctx.Done():
 			return false
@@ -533,7 +534,6 @@ func (l *loop) plan(now time.Time) (p Pass, pl passPlan) {
 func (l *loop) report(p *Pass, res []netwatch.Result, ops []netwatch.Op, lines []string, now time.Time) (refused string) {
 	for i, x := range res {
 		switch {
-		case errors.Is(x.Err, netwatch.ErrSkipped):
 		case x.Err != nil:
 			p.Failed = append(p.Failed, x.Op)
 			refused = lines[i]

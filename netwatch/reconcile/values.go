@@ -24,7 +24,7 @@ type Table netwatch.Table
 // Check reports why t cannot be owned, or nil.
 func (t Table) Check() error {
 	switch netwatch.Table(t) {
-	case netwatch.TableUnspec, netwatch.TableCompat, netwatch.TableDefault, netwatch.TableMain, netwatch.TableLocal:
+	case 0, 252, 253, netwatch.TableMain, netwatch.TableLocal:
 		return fmt.Errorf("table %d is reserved (0, 252, 253 default, 254 main, 255 local): choose one of your own", uint32(t))
 	}
 	return nil
