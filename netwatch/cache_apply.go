@@ -113,8 +113,13 @@ func (s *state) applyLink(ev *change) (changed bool, redump redumps) {
 		// linkdown on the link's routes only now: addrconf does it on
 		// the NETDEV_CHANGE that finds the link ready, which can come
 		// after the one that brought the carrier (the kernel announces
-		// each with the same RTM_NEWLINK).
+		// each with the same RTM_NEWLINK), and since IPv6 route dumps
+		// no longer wait for the RTNL lock that notifier chain holds, the
+		// re-read can overtake it: look once more later, too.
 		s.redumpOutFamily(&redump, idx, fi(IPv6))
+		if s.linkUsed(fi(IPv6), idx) {
+			redump.later = append(redump.later, idx)
+		}
 	}
 	return !had || old != ev.Link, redump
 }

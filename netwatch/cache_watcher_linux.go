@@ -131,12 +131,13 @@ type Watcher struct {
 	resyncReq atomic.Bool
 	// rechecks are links whose IPv6 routes are due to be read again
 	// (recheckLater); guarded by recheckMu.
-	recheckMu sync.Mutex
-	rechecks  []uint32
-	kickMu    sync.Mutex
-	kick      rtnl.Conn // the multicast conn to interrupt, while a session runs
-	kickGen   uint64    // counts the changes of kick
-	bar       barriers
+	recheckMu   sync.Mutex
+	rechecks    []uint32
+	recheckWait map[uint32]bool // links in a timer or in rechecks
+	kickMu      sync.Mutex
+	kick        rtnl.Conn // the multicast conn to interrupt, while a session runs
+	kickGen     uint64    // counts the changes of kick
+	bar         barriers
 
 	statMu sync.Mutex
 	stats  Stats
@@ -253,11 +254,28 @@ func (w *Watcher) Stats() Stats {
 const recheckDelay = 1500 * time.Millisecond
 
 // recheckLater has the receive loop read the IPv6 routes out of links
-// again after recheckDelay.
+// again after recheckDelay. A link already waiting for its re-read is not
+// added again, so a stream of link events costs one timer and one re-read
+// per link and delay, however many events there are.
 func (w *Watcher) recheckLater(links []uint32) {
+	w.recheckMu.Lock()
+	defer w.recheckMu.Unlock()
+	if w.recheckWait == nil {
+		w.recheckWait = make(map[uint32]bool)
+	}
+	var add []uint32
+	for _, idx := range links {
+		if !w.recheckWait[idx] {
+			w.recheckWait[idx] = true
+			add = append(add, idx)
+		}
+	}
+	if len(add) == 0 {
+		return
+	}
 	time.AfterFunc(recheckDelay, func() {
 		w.recheckMu.Lock()
-		w.rechecks = append(w.rechecks, links...)
+		w.rechecks = append(w.rechecks, add...)
 		w.recheckMu.Unlock()
 		w.interrupt()
 	})
@@ -269,6 +287,9 @@ func (w *Watcher) takeRechecks() []uint32 {
 	defer w.recheckMu.Unlock()
 	links := w.rechecks
 	w.rechecks = nil
+	for _, idx := range links {
+		delete(w.recheckWait, idx)
+	}
 	return links
 }
 
