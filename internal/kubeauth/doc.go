@@ -14,6 +14,8 @@
 // MaxInflight at a time, and one per token however many requests carry it; a
 // request that finds the budget spent is answered 429 without an API call. So a
 // flood of distinct tokens costs a bounded cache and a bounded rate of API calls.
+// A token whose allow has just expired is reviewed again outside the budget, so
+// that such a flood does not lock out a scraper that was allowed.
 //
 // # Failure
 //

@@ -200,7 +200,8 @@ func (a *Authorizer) Check(ctx context.Context, token string) (Decision, error) 
 	key := sha256.Sum256([]byte(token))
 	a.mu.Lock()
 	now := a.cfg.Now()
-	if d, ok := a.cached(key, now); ok {
+	d, ok, renew := a.cached(key, now)
+	if ok {
 		a.mu.Unlock()
 		return d, nil
 	}
@@ -213,8 +214,17 @@ func (a *Authorizer) Check(ctx context.Context, token string) (Decision, error) 
 			return Unavailable, fmt.Errorf("kubeauth: waiting for a review: %w", ctx.Err())
 		}
 	}
-	if !a.take(now) {
+	// A token whose allow just expired is reviewed again whatever the budget:
+	// a flood of made-up tokens must not lock out the scraper it cannot be.
+	if !renew && !a.take(now) {
+		warn := now.Sub(a.loggedT) >= time.Minute
+		if warn {
+			a.loggedT = now
+		}
 		a.mu.Unlock()
+		if warn {
+			a.log.Warn(fmt.Sprintf("metrics auth: more tokens to review than %g a second: scrapes with a token not reviewed yet get 429 for now", a.cfg.ReviewsPerSecond))
+		}
 		return Throttled, nil
 	}
 	f := &flight{done: make(chan struct{})}
@@ -227,28 +237,42 @@ func (a *Authorizer) Check(ctx context.Context, token string) (Decision, error) 
 
 	a.mu.Lock()
 	delete(a.flights, key)
-	if f.err == nil {
+	switch {
+	case f.err == nil:
 		a.store(key, f.d, a.cfg.Now())
+	case renew:
+		a.forget(key) // the next attempt waits for the budget like any other
 	}
 	a.mu.Unlock()
 	close(f.done)
 	return f.d, f.err
 }
 
-// cached returns the unexpired decision for key, marking it recently used.
-func (a *Authorizer) cached(key [sha256.Size]byte, now time.Time) (Decision, bool) {
-	el, ok := a.entries[key]
-	if !ok {
-		return 0, false
+// cached returns the unexpired decision for key, marking it recently used;
+// renew reports an expired allow (left in place until the review replaces it).
+func (a *Authorizer) cached(key [sha256.Size]byte, now time.Time) (d Decision, ok, renew bool) {
+	el, found := a.entries[key]
+	if !found {
+		return 0, false, false
 	}
 	e := el.Value.(*entry)
 	if !now.Before(e.expires) {
-		a.lru.Remove(el)
-		delete(a.entries, key)
-		return 0, false
+		if e.d == Allowed {
+			return 0, false, true
+		}
+		a.forget(key)
+		return 0, false, false
 	}
 	a.lru.MoveToFront(el)
-	return e.d, true
+	return e.d, true, false
+}
+
+// forget drops the entry of key, if any.
+func (a *Authorizer) forget(key [sha256.Size]byte) {
+	if el, ok := a.entries[key]; ok {
+		a.lru.Remove(el)
+		delete(a.entries, key)
+	}
 }
 
 // store caches d for key, evicting the least recently used entry when full.
@@ -257,10 +281,7 @@ func (a *Authorizer) store(key [sha256.Size]byte, d Decision, now time.Time) {
 	if d == Allowed {
 		ttl = a.cfg.AllowTTL
 	}
-	if el, ok := a.entries[key]; ok {
-		a.lru.Remove(el)
-		delete(a.entries, key)
-	}
+	a.forget(key)
 	for len(a.entries) >= a.cfg.MaxEntries {
 		old := a.lru.Back()
 		a.lru.Remove(old)
@@ -276,10 +297,6 @@ func (a *Authorizer) take(now time.Time) bool {
 		a.filled = now
 	}
 	if a.bucket < 1 {
-		if now.Sub(a.loggedT) >= time.Minute {
-			a.loggedT = now
-			a.log.Warn(fmt.Sprintf("metrics auth: more tokens to review than %g a second: scrapes with a token not reviewed yet get 429 for now", a.cfg.ReviewsPerSecond))
-		}
 		return false
 	}
 	a.bucket--

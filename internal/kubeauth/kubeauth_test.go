@@ -305,6 +305,30 @@ func TestGarbageFlood(t *testing.T) {
 		t.Errorf("status codes %v: want only 401 and 429", codes)
 	}
 	t.Logf("10,000 distinct tokens: %d API calls, %d cached, statuses %v", f.calls.Load()-base, a.Len(), codes)
+
+	// Once alice's allow expires, her next scrape is reviewed even with the
+	// budget spent by the flood; a new token is not.
+	clk.Add(DefaultAllowTTL)
+	for i := 0; scrape(a, fmt.Sprintf("Bearer drain-%d", i)) != 429; i++ {
+	}
+	before := f.calls.Load()
+	if got := scrape(a, "Bearer alice-token"); got != 200 || f.calls.Load() != before+2 {
+		t.Errorf("expired allow during a flood: status %d, %d API calls; want 200 after a review", got, f.calls.Load()-before)
+	}
+	if got := scrape(a, "Bearer bob-token"); got != 429 {
+		t.Errorf("a token never reviewed during a flood: status %d, want 429", got)
+	}
+
+	// A renewal that fails is not tried again outside the budget.
+	clk.Add(DefaultAllowTTL)
+	for i := 0; scrape(a, fmt.Sprintf("Bearer drain-again-%d", i)) != 429; i++ {
+	}
+	f.down.Store(true)
+	before = f.calls.Load()
+	first, second := scrape(a, "Bearer alice-token"), scrape(a, "Bearer alice-token")
+	if first != 503 || second != 429 || f.calls.Load() != before+1 {
+		t.Errorf("expired allow, API down: statuses %d, %d, %d API calls; want 503 (one review), then 429", first, second, f.calls.Load()-before)
+	}
 }
 
 // Concurrent requests with one token make one review; reviews of distinct tokens
