@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -180,5 +181,20 @@ func TestSecureMetricsCertFiles(t *testing.T) {
 	}
 	if _, err := newTLSConfig(options{tlsCertFile: filepath.Join(dir, "none"), tlsKeyFile: keyFile}, "", slog.New(slog.DiscardHandler)); err == nil {
 		t.Error("newTLSConfig with a missing certificate file: no error")
+	}
+}
+
+// Outside a pod the secure listener cannot ask the API server: a usage error
+// that says so, before anything listens.
+func TestListenSecureOutsideAPod(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	s, err := listenSecure(options{secureMetricsAddr: "127.0.0.1:0"}, slog.New(slog.DiscardHandler))
+	var ue *usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--secure-metrics-addr asks the API server") || s.ln != nil {
+		t.Errorf("listenSecure outside a pod: %v, listener %v; want a usage error and no listener", err, s.ln)
+	}
+	if s, err := listenSecure(options{}, slog.New(slog.DiscardHandler)); err != nil || s.addr() != "off" {
+		t.Errorf("listenSecure without the flag: %v, %s; want off", err, s.addr())
 	}
 }
