@@ -163,17 +163,23 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
 	}
+	sec, err := listenSecure(o, log)
+	if err != nil {
+		return err
+	}
 	w := newWatcher(o, log)
 	met := newMetrics(w, o.policy, srcs.requests, snmpPath)
 	l := newLoop(w, ap, o.policy, false, log, func(line string) { log.Info(line) }, met)
 	met.addPeers(l, srcs.peers)
+	met.addAuth(sec.authz)
 
 	metricsAt := "off"
 	if ln != nil {
 		metricsAt = ln.Addr().String()
 	}
 	log.Info("marksplit "+version+" running", "tunnel_link", o.policy.TunnelLink,
-		"table", uint32(o.policy.Table), "priority", o.policy.Priority, "encryption", o.encryption, "metrics_addr", metricsAt)
+		"table", uint32(o.policy.Table), "priority", o.policy.Priority, "encryption", o.encryption, "metrics_addr", metricsAt,
+		"secure_metrics_addr", sec.addr())
 	if ln != nil && !loopbackOnly(o.metricsAddr) {
 		log.Warn("metrics, /healthz and /readyz listen on " + metricsAt + ", beyond loopback: whoever reaches this node there can read them (the DaemonSet's probes need only 127.0.0.1)")
 	}
@@ -210,6 +216,9 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 			return nil
 		}
 		g.Go(func() { serveHTTP(ctx, ln, defaultHTTPLimits(), met, healthy, ready, log) })
+	}
+	if sec.ln != nil {
+		g.Go(func() { serveSecure(ctx, sec.ln, defaultHTTPLimits(), met, sec.authz, sec.tls, log) })
 	}
 	l.r.Run(ctx)
 	cancel()

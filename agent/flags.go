@@ -41,10 +41,15 @@ type options struct {
 	encryption  string // encOn, encOff or encAuto
 	nodeName    string
 	metricsAddr string
-	logFormat   string     // "text" or "json"
-	peer        netip.Addr // verify only
-	version     bool
-	allowShared bool // own a table or priority a known program uses
+	// secureMetricsAddr serves /metrics over HTTPS to the bearer tokens the API
+	// server allows (empty: off); tlsCertFile and tlsKeyFile replace the
+	// self-signed certificate.
+	secureMetricsAddr       string
+	tlsCertFile, tlsKeyFile string
+	logFormat               string     // "text" or "json"
+	peer                    netip.Addr // verify only
+	version                 bool
+	allowShared             bool // own a table or priority a known program uses
 }
 
 // usageError is a bad command line: the agent prints it in one line and
@@ -131,8 +136,14 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 			return o, usageErrorf("%s: the agent would remove what is there; choose another, or add --allow-shared", n)
 		}
 	}
-	if err := checkMetricsAddr(o.metricsAddr); err != nil {
+	if err := checkMetricsAddr("metrics-addr", o.metricsAddr); err != nil {
 		return o, usageErrorf("%s", err)
+	}
+	if err := checkMetricsAddr("secure-metrics-addr", o.secureMetricsAddr); err != nil {
+		return o, usageErrorf("%s", err)
+	}
+	if (o.tlsCertFile == "") != (o.tlsKeyFile == "") {
+		return o, usageErrorf("--tls-cert-file and --tls-key-file go together (or neither: a self-signed certificate)")
 	}
 	if o.nodeName != "" && !(len(o.nodeName) <= 253 && nodeNameRE.MatchString(o.nodeName)) {
 		return o, usageErrorf("--node-name %q: not a Kubernetes node name (lowercase letters, digits, '-' and '.', at most 253)", o.nodeName)
@@ -182,7 +193,10 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.Var(enumValue{&o.encryption, []string{encOn, encOff, encAuto}}, "encryption", "`mode`: on, off, or auto (read the node's CiliumNode)")
 	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"), "this node's CiliumNode: read with --encryption=auto, not a peer with --peers=auto (default $NODE_NAME)")
 	fs.Var((*reconcile.Protocol)(&p.Protocol), "protocol", "rtm_protocol / FRA_PROTOCOL `value` stamped on what the agent installs: 2 (kernel) or 4 to 255, or an iproute2 name")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "`address` for Prometheus /metrics, /healthz and /readyz with run; empty disables")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "`address` for Prometheus /metrics, /healthz and /readyz with run, over plain HTTP to anyone; empty disables")
+	fs.StringVar(&o.secureMetricsAddr, "secure-metrics-addr", "", "`address` (such as :9185) for /metrics over HTTPS with run, to the bearer tokens the Kubernetes API server allows get on /metrics; empty disables")
+	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "PEM certificate `file` for --secure-metrics-addr, read again when it changes (default: a self-signed one made at start)")
+	fs.StringVar(&o.tlsKeyFile, "tls-key-file", "", "PEM private key `file` of --tls-cert-file")
 	o.logFormat = "text"
 	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log `format`: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -214,22 +228,22 @@ func (v markValue) Set(s string) error {
 	return nil
 }
 
-// checkMetricsAddr checks --metrics-addr as net.Listen("tcp") will take
-// it: HOST:PORT with a numeric port and, when a host is given, an IP
-// address or localhost (a name would be resolved to who knows what).
-func checkMetricsAddr(a string) error {
+// checkMetricsAddr checks the address of --name as net.Listen("tcp")
+// will take it: HOST:PORT with a numeric port and, when a host is given,
+// an IP address or localhost (a name would be resolved to who knows what).
+func checkMetricsAddr(name, a string) error {
 	if a == "" {
 		return nil
 	}
 	host, port, err := net.SplitHostPort(a)
 	if err != nil {
-		return fmt.Errorf("--metrics-addr %q: want HOST:PORT such as 127.0.0.1:9184 (or empty to disable)", a)
+		return fmt.Errorf("--%s %q: want HOST:PORT such as 127.0.0.1:9184 (or empty to disable)", name, a)
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 && port != "0" {
-		return fmt.Errorf("--metrics-addr %q: port %q is not a number from 0 to 65535", a, port)
+		return fmt.Errorf("--%s %q: port %q is not a number from 0 to 65535", name, a, port)
 	}
 	if _, err := netip.ParseAddr(host); err != nil && host != "" && host != "localhost" {
-		return fmt.Errorf("--metrics-addr %q: host %q is not an IP address", a, host)
+		return fmt.Errorf("--%s %q: host %q is not an IP address", name, a, host)
 	}
 	return nil
 }

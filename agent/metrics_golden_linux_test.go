@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/marksplit/marksplit/internal/ciliumnode/apitest"
+	"github.com/marksplit/marksplit/internal/kubeapi"
+	"github.com/marksplit/marksplit/internal/kubeauth"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -41,6 +43,9 @@ func TestMetricsGolden(t *testing.T) {
 	// As runAgent: the registry sees the API's request counters and the peers.
 	m := newMetrics(h.w, peersConfig(), srcs.requests, snmpPath)
 	m.addPeers(h.l, srcs.peers)
+	authz, err := kubeauth.New(kubeauth.Config{API: &kubeapi.Client{}}) // with --secure-metrics-addr
+	must(t, err)
+	m.addAuth(authz)
 	h.start()
 	ctx, cancel := context.WithCancel(context.Background())
 	var g group

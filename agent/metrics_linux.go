@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -334,7 +335,7 @@ func defaultHTTPLimits() httpLimits {
 // serveHTTP serves /metrics, /healthz and /readyz on ln until ctx ends.
 func serveHTTP(ctx context.Context, ln net.Listener, lim httpLimits, m *metrics, healthy, ready func() error, log *slog.Logger) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+	mux.Handle("/metrics", m.handler(log))
 	probe := func(check func() error) http.HandlerFunc {
 		return func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -348,8 +349,19 @@ func serveHTTP(ctx context.Context, ln net.Listener, lim httpLimits, m *metrics,
 	}
 	mux.Handle("/healthz", probe(healthy))
 	mux.Handle("/readyz", probe(ready))
+	serve(ctx, ln, lim, mux, nil, log)
+}
+
+// handler serves the registry.
+func (m *metrics) handler(log *slog.Logger) http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)})
+}
+
+// serve serves h on ln within lim until ctx ends; over TLS (HTTP/1.1 only)
+// when tlsConfig is not nil.
+func serve(ctx context.Context, ln net.Listener, lim httpLimits, h http.Handler, tlsConfig *tls.Config, log *slog.Logger) {
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           h,
 		ReadHeaderTimeout: lim.readHeader,
 		ReadTimeout:       lim.read,
 		WriteTimeout:      lim.write,
@@ -360,8 +372,20 @@ func serveHTTP(ctx context.Context, ln net.Listener, lim httpLimits, m *metrics,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := srv.Serve(newLimitListener(ln, lim.maxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "err", err)
+		var err error
+		limited := newLimitListener(ln, lim.maxConns)
+		if tlsConfig != nil {
+			// HTTP/1.1 alone: one request at a time per connection, so that
+			// maxConns bounds the requests too (HTTP/2 would allow 250 each).
+			srv.TLSConfig = tlsConfig
+			srv.Protocols = new(http.Protocols)
+			srv.Protocols.SetHTTP1(true)
+			err = srv.ServeTLS(limited, "", "")
+		} else {
+			err = srv.Serve(limited)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
 	<-ctx.Done()

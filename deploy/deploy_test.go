@@ -36,6 +36,8 @@ const (
 	name      = "marksplit"
 	namespace = "kube-system"
 	appLabel  = "app.kubernetes.io/name"
+	// metricsReader is the ClusterRole a scraper of the secure listener needs.
+	metricsReader = "marksplit-metrics-reader"
 )
 
 // strictDecoder decodes the API types the manifests may use, strictly:
@@ -246,6 +248,7 @@ func TestKustomizeBuild(t *testing.T) {
 	}
 	want := []id{
 		{"ClusterRole", "", name},
+		{"ClusterRole", "", metricsReader},
 		{"ClusterRoleBinding", "", name},
 		{"DaemonSet", namespace, name},
 		{"ServiceAccount", namespace, name},
@@ -275,8 +278,8 @@ func TestKustomizeBuild(t *testing.T) {
 
 func TestRBAC(t *testing.T) {
 	objs := decodeFile(t, "rbac.yaml")
-	if len(objs) != 3 {
-		t.Fatalf("rbac.yaml: %d objects, want ServiceAccount, ClusterRole, ClusterRoleBinding", len(objs))
+	if len(objs) != 4 {
+		t.Fatalf("rbac.yaml: %d objects, want ServiceAccount, ClusterRole, ClusterRoleBinding, ClusterRole", len(objs))
 	}
 	sa, ok1 := objs[0].(*corev1.ServiceAccount)
 	role, ok2 := objs[1].(*rbacv1.ClusterRole)
@@ -295,11 +298,20 @@ func TestRBAC(t *testing.T) {
 	if role.Name != name || role.Namespace != "" {
 		t.Errorf("ClusterRole = %q/%q, want cluster-scoped %q", role.Namespace, role.Name, name)
 	}
-	// Exactly get, list, watch on ciliumnodes in cilium.io: nothing else.
+	// Exactly get, list, watch on ciliumnodes in cilium.io, and the reviews
+	// of the secure metrics listener: nothing else.
 	wantRules := []rbacv1.PolicyRule{{
 		APIGroups: []string{"cilium.io"},
 		Resources: []string{"ciliumnodes"},
 		Verbs:     []string{"get", "list", "watch"},
+	}, {
+		APIGroups: []string{"authentication.k8s.io"},
+		Resources: []string{"tokenreviews"},
+		Verbs:     []string{"create"},
+	}, {
+		APIGroups: []string{"authorization.k8s.io"},
+		Resources: []string{"subjectaccessreviews"},
+		Verbs:     []string{"create"},
 	}}
 	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
 		t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
@@ -318,6 +330,17 @@ func TestRBAC(t *testing.T) {
 	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: namespace}}
 	if diff := cmp.Diff(wantSubjects, binding.Subjects); diff != "" {
 		t.Errorf("ClusterRoleBinding subjects (-want +got):\n%s", diff)
+	}
+
+	// The scraper's role: get on /metrics, the one URL the secure listener
+	// serves, and nothing else.
+	reader, ok := objs[3].(*rbacv1.ClusterRole)
+	if !ok || reader.Name != metricsReader {
+		t.Fatalf("rbac.yaml: last object %T %v, want the ClusterRole %s", objs[3], objs[3], metricsReader)
+	}
+	wantReader := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}
+	if diff := cmp.Diff(wantReader, reader.Rules); diff != "" {
+		t.Errorf("ClusterRole %s rules (-want +got):\n%s", metricsReader, diff)
 	}
 }
 
@@ -341,6 +364,7 @@ var agentFlags = map[string]bool{
 	"tunnel-link": true, "mark": true, "table": true, "priority": true,
 	"peers": true, "prefix": true, "underlay-link": true, "encryption": true, "node-name": true,
 	"protocol": true, "metrics-addr": true, "log-format": true,
+	"secure-metrics-addr": true, "tls-cert-file": true, "tls-key-file": true,
 }
 
 // parseArgs checks the container's args — a subcommand, then --flag=value —
@@ -499,14 +523,15 @@ func TestDaemonSet(t *testing.T) {
 			t.Errorf("command = %q: the image's entrypoint is the binary; set args only", c.Command)
 		}
 		want := map[string][]string{
-			"tunnel-link":  {"cilium_wg0"},
-			"mark":         {"0xe00/0xf00"},
-			"table":        {"900"},
-			"priority":     {"900"},
-			"peers":        {"auto"},
-			"encryption":   {"$(MARKSPLIT_ENCRYPTION)"},
-			"metrics-addr": {"127.0.0.1:9184"},
-			"log-format":   {"text"},
+			"tunnel-link":         {"cilium_wg0"},
+			"mark":                {"0xe00/0xf00"},
+			"table":               {"900"},
+			"priority":            {"900"},
+			"peers":               {"auto"},
+			"encryption":          {"$(MARKSPLIT_ENCRYPTION)"},
+			"metrics-addr":        {"127.0.0.1:9184"},
+			"secure-metrics-addr": {":9185"},
+			"log-format":          {"text"},
 		}
 		if diff := cmp.Diff(want, flags); diff != "" {
 			t.Errorf("args (-want +got):\n%s", diff)
@@ -570,8 +595,20 @@ func TestDaemonSet(t *testing.T) {
 				t.Errorf("%s: timeout, period and failure threshold should be explicit", p.name)
 			}
 		}
-		if len(c.Ports) != 0 {
-			t.Errorf("ports = %v: with hostNetwork a containerPort becomes a hostPort; the listener is loopback-only", c.Ports)
+		// One port, the secure listener's, named for the PodMonitor; the
+		// loopback listener has none (with hostNetwork a containerPort becomes
+		// a hostPort).
+		_, securePort, err := net.SplitHostPort(flags["secure-metrics-addr"][0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp, err := strconv.Atoi(securePort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantPorts := []corev1.ContainerPort{{Name: "https-metrics", ContainerPort: int32(sp), Protocol: corev1.ProtocolTCP}}
+		if diff := cmp.Diff(wantPorts, c.Ports); diff != "" {
+			t.Errorf("ports (-want +got):\n%s", diff)
 		}
 	})
 

@@ -19,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	kjson "sigs.k8s.io/json"
@@ -164,7 +166,7 @@ func TestMonitoringComponent(t *testing.T) {
 	if k.Kind != kusttypes.ComponentKind || k.APIVersion != kusttypes.ComponentVersion {
 		t.Errorf("monitoring/kustomization.yaml is %s %s, want %s %s", k.APIVersion, k.Kind, kusttypes.ComponentVersion, kusttypes.ComponentKind)
 	}
-	if diff := cmp.Diff([]string{"prometheusrule.yaml"}, k.Resources); diff != "" {
+	if diff := cmp.Diff([]string{"podmonitor.yaml", "prometheusrule.yaml"}, k.Resources); diff != "" {
 		t.Errorf("component resources (-want +got):\n%s", diff)
 	}
 
@@ -174,7 +176,7 @@ func TestMonitoringComponent(t *testing.T) {
 	for _, f := range append([]string{"kustomization.yaml"}, base.Resources...) {
 		copyInto(t, fs, f, "/repo/deploy/"+f)
 	}
-	for _, f := range []string{"kustomization.yaml", "prometheusrule.yaml", "dashboard.json"} {
+	for _, f := range []string{"kustomization.yaml", "podmonitor.yaml", "prometheusrule.yaml", "dashboard.json"} {
 		copyInto(t, fs, filepath.Join(monitoringDir, f), "/repo/deploy/monitoring/"+f)
 	}
 	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../deploy\ncomponents:\n  - ../deploy/monitoring\n"
@@ -201,7 +203,26 @@ func TestMonitoringComponent(t *testing.T) {
 	var rule *monv1.PrometheusRule
 	var dash *corev1.ConfigMap
 	var rest []runtime.Object
+	scrape := map[string]bool{}
 	for _, o := range with {
+		switch o := o.(type) {
+		case *monv1.PodMonitor:
+			scrape["PodMonitor/"+o.Name] = true
+			continue
+		case *corev1.ServiceAccount:
+			if o.Name == scraper {
+				scrape["ServiceAccount/"+o.Name] = true
+				continue
+			}
+		case *corev1.Secret:
+			scrape["Secret/"+o.Name] = true
+			continue
+		case *rbacv1.ClusterRoleBinding:
+			if o.Name == scraper {
+				scrape["ClusterRoleBinding/"+o.Name] = true
+				continue
+			}
+		}
 		if pr, ok := o.(*monv1.PrometheusRule); ok {
 			if rule != nil {
 				t.Errorf("two PrometheusRules rendered")
@@ -214,6 +235,11 @@ func TestMonitoringComponent(t *testing.T) {
 			continue
 		}
 		rest = append(rest, o)
+	}
+	wantScrape := map[string]bool{"PodMonitor/" + name: true, "ServiceAccount/" + scraper: true,
+		"Secret/" + scraper + "-token": true, "ClusterRoleBinding/" + scraper: true}
+	if diff := cmp.Diff(wantScrape, scrape); diff != "" {
+		t.Errorf("rendered scrape objects (-want +got):\n%s", diff)
 	}
 	checkDashboardConfigMap(t, dash)
 	if rule == nil || rule.Name != name || rule.Namespace != namespace {
@@ -461,4 +487,88 @@ func lastLine(b []byte) string {
 		return "(no output)"
 	}
 	return lines[len(lines)-1]
+}
+
+// scraper is the service account the component's PodMonitor scrapes with.
+const scraper = "marksplit-metrics-scraper"
+
+// TestMonitoringPodMonitor decodes podmonitor.yaml strictly and checks that its
+// PodMonitor scrapes the DaemonSet's secure port over HTTPS with the token of a
+// service account bound to the reader ClusterRole of rbac.yaml, and nothing more.
+func TestMonitoringPodMonitor(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(monitoringDir, "podmonitor.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeStreamWith(monitoringDecoder(), data)
+	if err != nil {
+		t.Fatalf("podmonitor.yaml: %v", err)
+	}
+	if len(objs) != 4 {
+		t.Fatalf("podmonitor.yaml: %d objects, want ServiceAccount, Secret, ClusterRoleBinding, PodMonitor", len(objs))
+	}
+	sa, ok1 := objs[0].(*corev1.ServiceAccount)
+	secret, ok2 := objs[1].(*corev1.Secret)
+	binding, ok3 := objs[2].(*rbacv1.ClusterRoleBinding)
+	pm, ok4 := objs[3].(*monv1.PodMonitor)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		t.Fatalf("podmonitor.yaml: %T, %T, %T, %T; want ServiceAccount, Secret, ClusterRoleBinding, PodMonitor", objs[0], objs[1], objs[2], objs[3])
+	}
+	ds := loadDaemonSet(t)
+	pod := ds.Spec.Template
+
+	if sa.Name != scraper || sa.Namespace != namespace {
+		t.Errorf("ServiceAccount %s/%s, want %s/%s", sa.Namespace, sa.Name, namespace, scraper)
+	}
+	if secret.Type != corev1.SecretTypeServiceAccountToken || secret.Namespace != namespace ||
+		secret.Annotations[corev1.ServiceAccountNameKey] != sa.Name || len(secret.Data)+len(secret.StringData) != 0 {
+		t.Errorf("Secret %s/%s type %s annotations %v: want an empty %s for %s, filled by Kubernetes",
+			secret.Namespace, secret.Name, secret.Type, secret.Annotations, corev1.SecretTypeServiceAccountToken, sa.Name)
+	}
+	wantRef := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: metricsReader}
+	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: sa.Namespace}}
+	if diff := cmp.Diff(wantRef, binding.RoleRef); diff != "" {
+		t.Errorf("ClusterRoleBinding roleRef (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantSubjects, binding.Subjects); diff != "" {
+		t.Errorf("ClusterRoleBinding subjects (-want +got):\n%s", diff)
+	}
+	readerInRBAC := false
+	for _, o := range decodeFile(t, "rbac.yaml") {
+		if cr, ok := o.(*rbacv1.ClusterRole); ok && cr.Name == metricsReader {
+			readerInRBAC = true
+		}
+	}
+	if !readerInRBAC {
+		t.Errorf("rbac.yaml has no ClusterRole %s to bind", metricsReader)
+	}
+
+	if pm.Namespace != namespace || pm.Name != name {
+		t.Errorf("PodMonitor %s/%s, want %s/%s", pm.Namespace, pm.Name, namespace, name)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&pm.Spec.Selector)
+	if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
+		t.Errorf("PodMonitor selector %v (%v) does not select the DaemonSet's pods %v", pm.Spec.Selector, err, pod.Labels)
+	}
+	if len(pm.Spec.PodMetricsEndpoints) != 1 {
+		t.Fatalf("%d podMetricsEndpoints, want 1", len(pm.Spec.PodMetricsEndpoints))
+	}
+	ep := pm.Spec.PodMetricsEndpoints[0]
+	var ports []string
+	for _, p := range pod.Spec.Containers[0].Ports {
+		ports = append(ports, p.Name)
+	}
+	if ep.Port == nil || !slices.Contains(ports, *ep.Port) {
+		t.Errorf("endpoint port %v, want one of the DaemonSet's ports %q", ep.Port, ports)
+	}
+	if ep.Scheme == nil || ep.Scheme.String() != "https" || ep.Path != "/metrics" {
+		t.Errorf("endpoint scheme %v path %q, want https /metrics", ep.Scheme, ep.Path)
+	}
+	a := ep.Authorization
+	if a == nil || a.Credentials == nil || a.Credentials.Name != secret.Name || a.Credentials.Key != corev1.ServiceAccountTokenKey || a.Validate() != nil {
+		t.Errorf("authorization %+v, want the token of the Secret %s", a, secret.Name)
+	}
+	if tc := ep.TLSConfig; tc == nil || tc.InsecureSkipVerify == nil || !*tc.InsecureSkipVerify {
+		t.Errorf("tlsConfig %+v: the agent's certificate is self-signed, want insecureSkipVerify", tc)
+	}
 }

@@ -1,0 +1,200 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/internal/kubeapi"
+	"github.com/marksplit/marksplit/internal/kubeauth"
+	"github.com/marksplit/marksplit/mtupolicy"
+	"github.com/marksplit/marksplit/netwatch"
+)
+
+// fakeReviews is an API server that authenticates "reader" (allowed get on
+// /metrics) and "other" (not allowed), and no other token.
+func fakeReviews(t *testing.T) *kubeapi.Client {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Spec struct {
+				Token string `json:"token"`
+				User  string `json:"user"`
+			} `json:"spec"`
+		}
+		json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&in)
+		w.WriteHeader(http.StatusCreated)
+		switch r.URL.Path {
+		case "/apis/authentication.k8s.io/v1/tokenreviews":
+			ok := in.Spec.Token == "reader" || in.Spec.Token == "other"
+			json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"authenticated": ok, "user": map[string]any{"username": in.Spec.Token}}})
+		case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
+			json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"allowed": in.Spec.User == "reader"}})
+		}
+	}))
+	t.Cleanup(srv.Close)
+	tok := filepath.Join(t.TempDir(), "token")
+	must(t, os.WriteFile(tok, []byte("agent"), 0o600))
+	return &kubeapi.Client{Server: srv.URL, TokenFile: tok, HTTP: kubeapi.NoRedirects(srv.Client())}
+}
+
+// startSecure serves the secure listener on 127.0.0.1 until t ends and
+// returns its address.
+func startSecure(t *testing.T, o options) string {
+	t.Helper()
+	authz, err := kubeauth.New(kubeauth.Config{API: fakeReviews(t)})
+	must(t, err)
+	cfg, err := newTLSConfig(o, "127.0.0.1:0", slog.New(slog.DiscardHandler))
+	must(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	m := newMetrics(netwatch.New(netwatch.Options{}), mtupolicy.Config{}, nil, snmpPath)
+	m.addAuth(authz)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		serveSecure(ctx, ln, defaultHTTPLimits(), m, authz, cfg, slog.New(slog.DiscardHandler))
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return ln.Addr().String()
+}
+
+// TestSecureMetrics checks the secure listener's answers, its self-signed
+// certificate, and that it speaks HTTP/1.1 only and serves nothing but /metrics.
+func TestSecureMetrics(t *testing.T) {
+	addr := startSecure(t, options{nodeName: "node-1"})
+	var state *tls.ConnectionState
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}},
+		ForceAttemptHTTP2: true,
+	}}
+	get := func(path, token string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", "https://"+addr+path, nil)
+		must(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		state = resp.TLS
+		return resp.StatusCode, string(b)
+	}
+	for _, tc := range []struct {
+		name, path, token string
+		want              int
+	}{
+		{"allowed", "/metrics", "reader", 200},
+		{"not allowed", "/metrics", "other", 403},
+		{"unknown token", "/metrics", "garbage", 401},
+		{"no token", "/metrics", "", 401},
+		{"no probes here", "/healthz", "reader", 404},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := get(tc.path, tc.token)
+			if code != tc.want {
+				t.Errorf("GET %s: %d, want %d: %s", tc.path, code, tc.want, body)
+			}
+			if code == 200 && !strings.Contains(body, `marksplit_metrics_auth_total{result="allowed"} 1`) {
+				t.Errorf("GET %s: no count of the allowed request in\n%s", tc.path, body)
+			}
+		})
+	}
+	if state == nil || state.NegotiatedProtocol == "h2" || state.Version < tls.VersionTLS12 {
+		t.Fatalf("TLS state %+v: want TLS 1.2 or later, without HTTP/2", state)
+	}
+	leaf := state.PeerCertificates[0]
+	key, ok := leaf.PublicKey.(*ecdsa.PublicKey)
+	if !ok || key.Curve != elliptic.P256() {
+		t.Errorf("public key %T, want ECDSA P-256", leaf.PublicKey)
+	}
+	host, _ := os.Hostname()
+	wantNames := []string{"marksplit", "node-1"}
+	if host != "" && host != "node-1" {
+		wantNames = append(wantNames, host)
+	}
+	if diff := cmp.Diff(wantNames, leaf.DNSNames); diff != "" {
+		t.Errorf("DNS SANs (-want +got):\n%s", diff)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "marksplit", Roots: pool}); err != nil {
+		t.Errorf("the certificate does not verify as serverName marksplit against itself: %v", err)
+	}
+}
+
+// TestSecureMetricsCertFiles checks that a mounted certificate is served, and a
+// new one once the files change.
+func TestSecureMetricsCertFiles(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	write := func(name string) *x509.Certificate {
+		t.Helper()
+		c, err := newSelfSigned([]string{name}, time.Now(), time.Hour)
+		must(t, err)
+		der, err := x509.MarshalECPrivateKey(c.PrivateKey.(*ecdsa.PrivateKey))
+		must(t, err)
+		must(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600))
+		must(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]}), 0o600))
+		return c.Leaf
+	}
+	write("first.example")
+	addr := startSecure(t, options{tlsCertFile: certFile, tlsKeyFile: keyFile})
+	served := func() string {
+		t.Helper()
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+		must(t, err)
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].DNSNames[0]
+	}
+	if got := served(); got != "first.example" {
+		t.Fatalf("served %q, want first.example", got)
+	}
+	write("second.example-with-a-longer-name") // a new size, whatever the clock's granularity
+	if got := served(); got != "second.example-with-a-longer-name" {
+		t.Errorf("served %q after the files changed, want the new certificate", got)
+	}
+	must(t, os.WriteFile(certFile, []byte("not PEM"), 0o600))
+	if got := served(); got != "second.example-with-a-longer-name" {
+		t.Errorf("served %q after a bad update, want the last good certificate", got)
+	}
+	if _, err := newTLSConfig(options{tlsCertFile: filepath.Join(dir, "none"), tlsKeyFile: keyFile}, "", slog.New(slog.DiscardHandler)); err == nil {
+		t.Error("newTLSConfig with a missing certificate file: no error")
+	}
+}
+
+// Outside a pod the secure listener cannot ask the API server: a usage error
+// that says so, before anything listens.
+func TestListenSecureOutsideAPod(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	s, err := listenSecure(options{secureMetricsAddr: "127.0.0.1:0"}, slog.New(slog.DiscardHandler))
+	var ue *usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--secure-metrics-addr asks the API server") || s.ln != nil {
+		t.Errorf("listenSecure outside a pod: %v, listener %v; want a usage error and no listener", err, s.ln)
+	}
+	if s, err := listenSecure(options{}, slog.New(slog.DiscardHandler)); err != nil || s.addr() != "off" {
+		t.Errorf("listenSecure without the flag: %v, %s; want off", err, s.addr())
+	}
+}
