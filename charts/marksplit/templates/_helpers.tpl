@@ -1,0 +1,86 @@
+{{/*
+The labels of the agent's objects: the same as deploy/'s, and no more, so
+that the chart and `kubectl apply -k deploy/` make the same objects.
+*/}}
+{{- define "marksplit.labels" -}}
+app.kubernetes.io/name: marksplit
+app.kubernetes.io/component: agent
+{{- end }}
+
+{{/*
+marksplit.linkName fails unless the kernel takes .value as a link name, as
+the agent checks it (reconcile.LinkName): what values.schema.json cannot
+say, that the limit is 15 bytes rather than characters.
+*/}}
+{{- define "marksplit.linkName" -}}
+{{- if gt (len .value) 15 }}
+{{- fail (printf "%s %q is longer than 15 bytes, the kernel's limit for a link name" .name .value) }}
+{{- end }}
+{{- end }}
+
+{{/*
+marksplit.mark fails unless the mark is inside the mask, as the agent checks
+it (reconcile.MarkMask): values.schema.json has the form, the template the
+bits. Bit by bit, as templates have no bitwise and.
+*/}}
+{{- define "marksplit.mark" -}}
+{{- $parts := splitList "/" . }}
+{{- $mark := int64 (first $parts) }}
+{{- $mask := int64 (last $parts) }}
+{{- range until 32 }}
+{{- if and (eq (mod $mark 2) 1) (eq (mod $mask 2) 0) }}
+{{- fail (printf "mark %q: the mask does not cover the mark (the agent refuses bits outside it)" $) }}
+{{- end }}
+{{- $mark = div $mark 2 }}
+{{- $mask = div $mask 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+marksplit.args are the container's args: `run`, then --flag=value, in
+deploy/daemonset.yaml's order.
+*/}}
+{{- define "marksplit.args" -}}
+{{- include "marksplit.linkName" (dict "name" "tunnelLink" "value" .Values.tunnelLink) }}
+{{- include "marksplit.mark" .Values.mark }}
+- run
+- {{ printf "--tunnel-link=%s" .Values.tunnelLink | toJson }}
+- {{ printf "--mark=%s" .Values.mark | toJson }}
+- --table={{ int64 .Values.table }}
+- --priority={{ int64 .Values.priority }}
+{{- if .Values.allowShared }}
+- --allow-shared=true
+{{- end }}
+{{- if .Values.peers.auto }}
+- --peers=auto
+{{- end }}
+{{- range .Values.peers.prefixes }}
+- {{ printf "--prefix=%s" . | toJson }}
+{{- end }}
+{{- with .Values.peers.underlayLink }}
+{{- include "marksplit.linkName" (dict "name" "peers.underlayLink" "value" .) }}
+- {{ printf "--underlay-link=%s" . | toJson }}
+{{- end }}
+{{- with .Values.protocol | toString }}
+- {{ printf "--protocol=%s" . | toJson }}
+{{- end }}
+- --encryption=$(MARKSPLIT_ENCRYPTION)
+- {{ printf "--metrics-addr=%s" .Values.metrics.address | toJson }}
+- {{ printf "--log-format=%s" .Values.logFormat | toJson }}
+{{- range .Values.extraArgs }}
+- {{ toJson . }}
+{{- end }}
+{{- end }}
+
+{{/*
+marksplit.probe is an httpGet probe of the agent's loopback listener: with
+hostNetwork a probe without host goes to the node's IP (deploy/daemonset.yaml
+says why). The host and port come from metrics.address.
+*/}}
+{{- define "marksplit.probe" -}}
+{{- $addr := .root.Values.metrics.address }}
+httpGet:
+  host: {{ regexReplaceAll ":[0-9]+$" $addr "" | trimPrefix "[" | trimSuffix "]" | quote }}
+  port: {{ regexFind "[0-9]+$" $addr | int }}
+  path: {{ .path }}
+{{- end }}
