@@ -272,3 +272,79 @@ func TestChartVersion(t *testing.T) {
 		t.Errorf("values.yaml image.repository %q, want the kustomization's newName %q", repo, img.NewName)
 	}
 }
+
+// TestChartRefuses: values the agent would refuse at start (or the chart
+// does not know) fail `helm template` and `helm install` with an error that
+// names the value, from values.schema.json or the templates' checks.
+func TestChartRefuses(t *testing.T) {
+	peers := func(auto bool, prefixes []any, link string) map[string]any {
+		return map[string]any{"peers": map[string]any{"auto": auto, "prefixes": prefixes, "underlayLink": link}}
+	}
+	for _, tt := range []struct {
+		name string
+		vals map[string]any
+		want string // in the error
+	}{
+		{"unknown key", map[string]any{"tabel": 901}, "tabel"},
+		{"unknown nested key", map[string]any{"image": map[string]any{"tags": "v1"}}, "tags"},
+		{"mark without mask", map[string]any{"mark": "0xe00"}, "/mark"},
+		{"mark in decimal", map[string]any{"mark": "3584/3840"}, "/mark"},
+		{"mark in upper case", map[string]any{"mark": "0xE00/0xF00"}, "/mark"},
+		{"mark 0", map[string]any{"mark": "0x0/0xf00"}, "/mark"},
+		{"mask 0", map[string]any{"mark": "0xe00/0x0"}, "/mark"},
+		{"mark over 32 bits", map[string]any{"mark": "0x100000000/0x100000000"}, "/mark"},
+		{"mark outside the mask", map[string]any{"mark": "0x1e00/0xf00"}, "mark"},
+		{"table 0", map[string]any{"table": 0}, "/table"},
+		{"table 252", map[string]any{"table": 252}, "/table"},
+		{"table 254", map[string]any{"table": 254}, "/table"},
+		{"table 255", map[string]any{"table": 255}, "/table"},
+		{"table over 32 bits", map[string]any{"table": int64(4294967296)}, "/table"},
+		{"table as a string", map[string]any{"table": "900"}, "/table"},
+		{"Cilium's table", map[string]any{"table": 2004}, "table 2004"},
+		{"Tailscale's table", map[string]any{"table": 52}, "table 52"},
+		{"priority 0", map[string]any{"priority": 0}, "/priority"},
+		{"priority 32766", map[string]any{"priority": 32766}, "/priority"},
+		{"priority 40000", map[string]any{"priority": 40000}, "/priority"},
+		{"Cilium's priority", map[string]any{"priority": 100}, "priority 100"},
+		{"Tailscale's priority", map[string]any{"priority": 5230}, "priority 5230"},
+		{"protocol 0", map[string]any{"protocol": 0}, "/protocol"},
+		{"protocol 3", map[string]any{"protocol": 3}, "/protocol"},
+		{"protocol 256", map[string]any{"protocol": 256}, "/protocol"},
+		{"protocol boot", map[string]any{"protocol": "boot"}, "/protocol"},
+		{"protocol unknown name", map[string]any{"protocol": "zebra"}, "/protocol"},
+		{"encryption", map[string]any{"encryption": "yes"}, "/encryption"},
+		{"encryption bool", map[string]any{"encryption": true}, "/encryption"},
+		{"log format", map[string]any{"logFormat": "xml"}, "/logFormat"},
+		{"tunnel link empty", map[string]any{"tunnelLink": ""}, "/tunnelLink"},
+		{"tunnel link 16 bytes", map[string]any{"tunnelLink": "cilium_wg0123456"}, "/tunnelLink"},
+		{"tunnel link 16 bytes in 8 characters", map[string]any{"tunnelLink": "éééééééé"}, "tunnelLink"},
+		{"tunnel link with a slash", map[string]any{"tunnelLink": "wg/0"}, "/tunnelLink"},
+		{"tunnel link with a colon", map[string]any{"tunnelLink": "wg:0"}, "/tunnelLink"},
+		{"tunnel link with a space", map[string]any{"tunnelLink": "wg 0"}, "/tunnelLink"},
+		{"tunnel link with a control character", map[string]any{"tunnelLink": "wg\x010"}, "/tunnelLink"},
+		{"tunnel link dot dot", map[string]any{"tunnelLink": ".."}, "/tunnelLink"},
+		{"peers auto with prefixes", peers(true, []any{"10.0.0.0/16"}, ""), "/peers/prefixes"},
+		{"peers auto with underlay link", peers(true, nil, "eth0"), "/peers/underlayLink"},
+		{"no peers", peers(false, nil, ""), "/peers"},
+		{"prefix not a CIDR", peers(false, []any{"10.0.0.0"}, ""), "/peers/prefixes/0"},
+		{"prefix length 33", peers(false, []any{"10.0.0.0/33"}, ""), "/peers/prefixes/0"},
+		{"underlay link with a slash", peers(false, nil, "eth/0"), "/peers/underlayLink"},
+		{"metrics not loopback", map[string]any{"metrics": map[string]any{"address": "0.0.0.0:9184"}}, "/metrics/address"},
+		{"metrics empty", map[string]any{"metrics": map[string]any{"address": ""}}, "/metrics/address"},
+		{"metrics port 65536", map[string]any{"metrics": map[string]any{"address": "127.0.0.1:65536"}}, "/metrics/address"},
+		{"extra arg not a flag", map[string]any{"extraArgs": []any{"plan"}}, "/extraArgs/0"},
+		{"pull policy", map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}}, "/image/pullPolicy"},
+		{"rule label not a string", map[string]any{"monitoring": map[string]any{"ruleLabels": map[string]any{"release": 1}}}, "/monitoring/ruleLabels/release"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := renderChart(t, tt.vals)
+			if err == nil {
+				t.Fatalf("values %v rendered without error", tt.vals)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error does not name %q:\n%v", tt.want, err)
+			}
+			t.Logf("%v", err)
+		})
+	}
+}

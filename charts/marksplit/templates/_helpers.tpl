@@ -37,12 +37,39 @@ bits. Bit by bit, as templates have no bitwise and.
 {{- end }}
 
 {{/*
+marksplit.shared fails when table or priority is one that Cilium or
+Tailscale keep theirs in, unless allowShared, as the agent does
+(reconcile.Table.Neighbour, reconcile.Priority.Neighbour): the agent would
+remove what is there.
+*/}}
+{{- define "marksplit.shared" -}}
+{{- if not .Values.allowShared }}
+{{- $t := int64 .Values.table }}
+{{- $p := int64 .Values.priority }}
+{{- $owner := "" }}
+{{- if or (and (ge $t 200) (le $t 202)) (eq $t 2004) (eq $t 2005) }}
+{{- $owner = printf "table %d is Cilium's" $t }}
+{{- else if eq $t 52 }}
+{{- $owner = "table 52 is Tailscale's" }}
+{{- else if or (eq $p 1) (and (ge $p 8) (le $p 10)) (eq $p 20) (eq $p 100) (and (ge $p 109) (le $p 112)) }}
+{{- $owner = printf "priority %d is Cilium's" $p }}
+{{- else if and (ge $p 5210) (le $p 5270) }}
+{{- $owner = printf "priority %d is Tailscale's" $p }}
+{{- end }}
+{{- with $owner }}
+{{- fail (printf "%s: the agent would remove what is there; choose another, or set allowShared: true" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 marksplit.args are the container's args: `run`, then --flag=value, in
 deploy/daemonset.yaml's order.
 */}}
 {{- define "marksplit.args" -}}
 {{- include "marksplit.linkName" (dict "name" "tunnelLink" "value" .Values.tunnelLink) }}
 {{- include "marksplit.mark" .Values.mark }}
+{{- include "marksplit.shared" . }}
 - run
 - {{ printf "--tunnel-link=%s" .Values.tunnelLink | toJson }}
 - {{ printf "--mark=%s" .Values.mark | toJson }}
