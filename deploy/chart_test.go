@@ -3,6 +3,7 @@ package deploy
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +19,11 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -345,6 +351,147 @@ func TestChartRefuses(t *testing.T) {
 				t.Errorf("error does not name %q:\n%v", tt.want, err)
 			}
 			t.Logf("%v", err)
+		})
+	}
+}
+
+// chartDaemonSet renders the chart with the values of a values file and
+// returns its DaemonSet and every object.
+func chartDaemonSet(t *testing.T, valuesYAML string) (*appsv1.DaemonSet, []object) {
+	t.Helper()
+	vals, err := chartutil.ReadValues([]byte(valuesYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := mustRenderChart(t, vals)
+	var ds *appsv1.DaemonSet
+	for _, o := range objs {
+		if o["kind"] != "DaemonSet" {
+			continue
+		}
+		j, err := json.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = new(appsv1.DaemonSet)
+		if err := json.Unmarshal(j, ds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ds == nil {
+		t.Fatal("no DaemonSet rendered")
+	}
+	return ds, objs
+}
+
+// TestChartValues: each value reaches the flag or field it documents, in a
+// values file as `helm install -f` reads it.
+func TestChartValues(t *testing.T) {
+	container := func(ds *appsv1.DaemonSet) corev1.Container { return ds.Spec.Template.Spec.Containers[0] }
+	args := func(t *testing.T, ds *appsv1.DaemonSet) map[string][]string {
+		return parseArgs(t, container(ds).Args)
+	}
+	for _, tt := range []struct {
+		name, values string
+		check        func(t *testing.T, ds *appsv1.DaemonSet, objs []object)
+	}{
+		{"prefixes and underlay link", "peers:\n  auto: false\n  prefixes: [10.0.0.0/16, 'fd00::/64']\n  underlayLink: enp7s0\n",
+			func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+				a := args(t, ds)
+				if diff := cmp.Diff([]string{"10.0.0.0/16", "fd00::/64"}, a["prefix"]); diff != "" {
+					t.Errorf("--prefix (-want +got):\n%s", diff)
+				}
+				if got := a["underlay-link"]; !slices.Equal(got, []string{"enp7s0"}) {
+					t.Errorf("--underlay-link = %q", got)
+				}
+				if got, ok := a["peers"]; ok {
+					t.Errorf("--peers = %q beside --prefix: the agent refuses it", got)
+				}
+			}},
+		{"policy", "tunnelLink: wg0\nmark: '0x1e00/0x1f00'\ntable: 4294967295\npriority: 32765\nprotocol: kernel\nencryption: 'off'\nlogFormat: json\nextraArgs: [--node-name=n1]\n",
+			func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+				want := map[string][]string{
+					"tunnel-link": {"wg0"}, "mark": {"0x1e00/0x1f00"}, "table": {"4294967295"},
+					"priority": {"32765"}, "peers": {"auto"}, "protocol": {"kernel"},
+					"encryption": {"$(MARKSPLIT_ENCRYPTION)"}, "metrics-addr": {"127.0.0.1:9184"},
+					"log-format": {"json"}, "node-name": {"n1"},
+				}
+				if diff := cmp.Diff(want, args(t, ds)); diff != "" {
+					t.Errorf("args (-want +got):\n%s", diff)
+				}
+				if env := container(ds).Env; len(env) != 2 || env[1].Name != "MARKSPLIT_ENCRYPTION" || env[1].Value != "off" {
+					t.Errorf("env = %+v, want MARKSPLIT_ENCRYPTION=off", env)
+				}
+			}},
+		{"protocol number", "protocol: 77\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			if got := args(t, ds)["protocol"]; !slices.Equal(got, []string{"77"}) {
+				t.Errorf("--protocol = %q, want 77", got)
+			}
+		}},
+		{"shared table", "allowShared: true\ntable: 2004\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			a := args(t, ds)
+			if !slices.Equal(a["allow-shared"], []string{"true"}) || !slices.Equal(a["table"], []string{"2004"}) {
+				t.Errorf("args %q, want --allow-shared=true --table=2004", container(ds).Args)
+			}
+		}},
+		{"metrics on IPv6 loopback", "metrics:\n  address: '[::1]:9185'\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			c := container(ds)
+			if got := args(t, ds)["metrics-addr"]; !slices.Equal(got, []string{"[::1]:9185"}) {
+				t.Errorf("--metrics-addr = %q", got)
+			}
+			for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+				if g := p.HTTPGet; g.Host != "::1" || g.Port != intstr.FromInt32(9185) {
+					t.Errorf("probe goes to %s port %s, want ::1 port 9185", g.Host, g.Port.String())
+				}
+			}
+		}},
+		{"pod", `image: {repository: registry.example.com/marksplit, tag: dev, pullPolicy: Always}
+imagePullSecrets: [{name: pull}]
+nodeSelector: {kubernetes.io/os: linux}
+tolerations: []
+priorityClassName: ""
+resources: {limits: {memory: 256Mi}}
+`, func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			spec := ds.Spec.Template.Spec
+			c := spec.Containers[0]
+			if c.Image != "registry.example.com/marksplit:dev" || c.ImagePullPolicy != corev1.PullAlways {
+				t.Errorf("image %s, pull policy %s", c.Image, c.ImagePullPolicy)
+			}
+			if diff := cmp.Diff([]corev1.LocalObjectReference{{Name: "pull"}}, spec.ImagePullSecrets); diff != "" {
+				t.Errorf("imagePullSecrets (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(map[string]string{"kubernetes.io/os": "linux"}, spec.NodeSelector); diff != "" {
+				t.Errorf("nodeSelector (-want +got):\n%s", diff)
+			}
+			if len(spec.Tolerations) != 0 || spec.PriorityClassName != "" {
+				t.Errorf("tolerations %v, priorityClassName %q: want none", spec.Tolerations, spec.PriorityClassName)
+			}
+			// Helm merges a map value into the default: the other three stay.
+			want := corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("48Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+			}
+			if !equality.Semantic.DeepEqual(want, c.Resources) {
+				t.Errorf("resources %v, want %v", c.Resources, want)
+			}
+		}},
+		{"rule labels", "monitoring:\n  enabled: true\n  ruleLabels: {release: prometheus}\n", func(t *testing.T, _ *appsv1.DaemonSet, objs []object) {
+			for _, o := range objs {
+				if o["kind"] != "PrometheusRule" {
+					continue
+				}
+				want := map[string]any{appLabel: name, "app.kubernetes.io/component": "alerts", "release": "prometheus"}
+				if diff := cmp.Diff(want, o["metadata"].(map[string]any)["labels"]); diff != "" {
+					t.Errorf("PrometheusRule labels (-want +got):\n%s", diff)
+				}
+				return
+			}
+			t.Error("no PrometheusRule rendered")
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ds, objs := chartDaemonSet(t, tt.values)
+			tt.check(t, ds, objs)
 		})
 	}
 }

@@ -340,7 +340,7 @@ func loadDaemonSet(t *testing.T) *appsv1.DaemonSet {
 var agentFlags = map[string]bool{
 	"tunnel-link": true, "mark": true, "table": true, "priority": true,
 	"peers": true, "prefix": true, "underlay-link": true, "encryption": true, "node-name": true,
-	"protocol": true, "metrics-addr": true, "log-format": true,
+	"protocol": true, "metrics-addr": true, "log-format": true, "allow-shared": true,
 }
 
 // parseArgs checks the container's args — a subcommand, then --flag=value —
