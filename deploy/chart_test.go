@@ -19,6 +19,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -493,5 +495,24 @@ resources: {limits: {memory: 256Mi}}
 			ds, objs := chartDaemonSet(t, tt.values)
 			tt.check(t, ds, objs)
 		})
+	}
+}
+
+// TestChartLint runs `helm lint` (helm's lint package, with its default
+// values and in kube-system, as strict as --strict) and fails on any message
+// of severity warning or above. The one info it may print is the missing
+// icon: the project has none.
+func TestChartLint(t *testing.T) {
+	for _, vals := range []map[string]any{
+		nil,
+		{"monitoring": map[string]any{"enabled": true}},
+	} {
+		linter := lint.All(chartDir, vals, namespace, true)
+		for _, m := range linter.Messages {
+			t.Logf("helm lint, values %v: %s", vals, m)
+			if m.Severity >= support.WarningSev || !strings.Contains(m.Err.Error(), "icon is recommended") {
+				t.Errorf("helm lint, values %v: %s", vals, m)
+			}
+		}
 	}
 }
