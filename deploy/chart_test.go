@@ -11,10 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -337,6 +340,7 @@ func TestChartRefuses(t *testing.T) {
 		{"prefix not a CIDR", peers(false, []any{"10.0.0.0"}, ""), "/peers/prefixes/0"},
 		{"prefix length 33", peers(false, []any{"10.0.0.0/33"}, ""), "/peers/prefixes/0"},
 		{"underlay link with a slash", peers(false, nil, "eth/0"), "/peers/underlayLink"},
+		{"underlay link is the tunnel link", peers(false, nil, "cilium_wg0"), "peers.underlayLink"},
 		{"metrics not loopback", map[string]any{"metrics": map[string]any{"address": "0.0.0.0:9184"}}, "/metrics/address"},
 		{"metrics empty", map[string]any{"metrics": map[string]any{"address": ""}}, "/metrics/address"},
 		{"metrics port 65536", map[string]any{"metrics": map[string]any{"address": "127.0.0.1:65536"}}, "/metrics/address"},
@@ -513,6 +517,92 @@ func TestChartLint(t *testing.T) {
 			if m.Severity >= support.WarningSev || !strings.Contains(m.Err.Error(), "icon is recommended") {
 				t.Errorf("helm lint, values %v: %s", vals, m)
 			}
+		}
+	}
+}
+
+// TestChartAgreesWithAgent: the chart accepts a table, priority, protocol,
+// mark or link name exactly when the agent's own checks do
+// (netwatch/reconcile's types, which the agent's flags parse with), in the
+// notation the chart takes: integers for table and priority, an integer, a
+// decimal or a name for protocol, lowercase 0x hex for the mark. Prefixes
+// are left out: the chart checks their form, the agent also their host bits.
+func TestChartAgreesWithAgent(t *testing.T) {
+	accepts := func(vals map[string]any) bool {
+		_, err := renderChart(t, vals)
+		return err == nil
+	}
+	agree := func(t *testing.T, what string, vals map[string]any, agentErr error) {
+		t.Helper()
+		if chartOK, agentOK := accepts(vals), agentErr == nil; chartOK != agentOK {
+			t.Errorf("%s: the chart accepts it: %v; the agent: %v (%v)", what, chartOK, agentOK, agentErr)
+		}
+	}
+	neighbour := func(n string) error {
+		if n != "" {
+			return errors.New(n)
+		}
+		return nil
+	}
+
+	tables := []uint64{0, 1, 51, 52, 53, 199, 200, 201, 202, 203, 251, 252, 253, 254, 255, 256, 900, 2003, 2004, 2005, 2006, 1 << 31, 1<<32 - 1, 1 << 32}
+	priorities := []uint64{0, 1, 2, 7, 8, 9, 10, 11, 19, 20, 21, 99, 100, 101, 108, 109, 112, 113, 900, 5209, 5210, 5240, 5270, 5271, 32765, 32766, 32767, 1 << 32}
+	for _, shared := range []bool{false, true} {
+		for _, n := range tables {
+			var v reconcile.Table
+			err := v.Set(strconv.FormatUint(n, 10))
+			if err == nil && !shared {
+				err = neighbour(v.Neighbour())
+			}
+			agree(t, fmt.Sprintf("table %d, allowShared %v", n, shared), map[string]any{"table": n, "allowShared": shared}, err)
+		}
+		for _, n := range priorities {
+			var v reconcile.Priority
+			err := v.Set(strconv.FormatUint(n, 10))
+			if err == nil && !shared {
+				err = neighbour(v.Neighbour())
+			}
+			agree(t, fmt.Sprintf("priority %d, allowShared %v", n, shared), map[string]any{"priority": n, "allowShared": shared}, err)
+		}
+	}
+
+	// Every protocol number, as a number, in decimal, and by its iproute2
+	// name where it has one.
+	for n := range 257 {
+		var v reconcile.Protocol
+		err := v.Set(strconv.Itoa(n))
+		agree(t, fmt.Sprintf("protocol %d", n), map[string]any{"protocol": n}, err)
+		agree(t, fmt.Sprintf("protocol %q", strconv.Itoa(n)), map[string]any{"protocol": strconv.Itoa(n)}, err)
+		if n < 256 {
+			if s := netwatch.Protocol(n).String(); s != strconv.Itoa(n) {
+				agree(t, fmt.Sprintf("protocol %q", s), map[string]any{"protocol": s}, v.Set(s))
+			}
+		}
+	}
+	var p reconcile.Protocol
+	agree(t, `protocol "zebra"`, map[string]any{"protocol": "zebra"}, p.Set("zebra"))
+
+	for _, m := range []string{
+		"0xe00/0xf00", "0x1e00/0xf00", "0xe00/0x1f00", "0x1/0x1", "0x2/0x1", "0xffffffff/0xffffffff",
+		"0x80000000/0xffffffff", "0x0/0xf00", "0xe00/0x0", "0x00000e00/0x00000f00",
+		"0x100000000/0xffffffff", "0xf0f0/0xff0f", "0xf0f0/0xfff0",
+	} {
+		var v reconcile.MarkMask
+		agree(t, "mark "+m, map[string]any{"mark": m}, v.Set(m))
+	}
+
+	for _, l := range []string{
+		"cilium_wg0", "", "a", strings.Repeat("a", 15), strings.Repeat("a", 16), "wg/0", "wg:0", "wg 0",
+		"wg\t0", "wg\n0", "wg\x010", "wg\x7f", ".", "..", "...", ".a", "..a", "a.", "éééééééé", "ééééééé",
+		"wg\u00a00", "eth0.100", "br-1a2b", "wg#0",
+	} {
+		agree(t, fmt.Sprintf("tunnelLink %q", l), map[string]any{"tunnelLink": l}, reconcile.LinkName(l).Check())
+		if l != "" {
+			err := reconcile.LinkName(l).Check()
+			if err == nil && l == "cilium_wg0" {
+				err = errors.New("the tunnel link") // mtupolicy: the underlay link is not the tunnel link
+			}
+			agree(t, fmt.Sprintf("underlayLink %q", l), map[string]any{"peers": map[string]any{"auto": false, "underlayLink": l}}, err)
 		}
 	}
 }

@@ -86,6 +86,9 @@ deploy/daemonset.yaml's order.
 {{- end }}
 {{- with .Values.peers.underlayLink }}
 {{- include "marksplit.linkName" (dict "name" "peers.underlayLink" "value" .) }}
+{{- if eq . $.Values.tunnelLink }}
+{{- fail (printf "peers.underlayLink %q is the tunnelLink: the underlay is the link the tunnel's packets leave by" .) }}
+{{- end }}
 - {{ printf "--underlay-link=%s" . | toJson }}
 {{- end }}
 {{- with .Values.protocol | toString }}
