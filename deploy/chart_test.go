@@ -343,6 +343,7 @@ func TestChartRefuses(t *testing.T) {
 		{"underlay link is the tunnel link", peers(false, nil, "cilium_wg0"), "peers.underlayLink"},
 		{"metrics not loopback", map[string]any{"metrics": map[string]any{"address": "0.0.0.0:9184"}}, "/metrics/address"},
 		{"metrics empty", map[string]any{"metrics": map[string]any{"address": ""}}, "/metrics/address"},
+		{"metrics on a name", map[string]any{"metrics": map[string]any{"address": "$(NODE_NAME):9184"}}, "/metrics/address"},
 		{"metrics port 65536", map[string]any{"metrics": map[string]any{"address": "127.0.0.1:65536"}}, "/metrics/address"},
 		{"extra arg not a flag", map[string]any{"extraArgs": []any{"plan"}}, "/extraArgs/0"},
 		{"pull policy", map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}}, "/image/pullPolicy"},
@@ -448,6 +449,23 @@ func TestChartValues(t *testing.T) {
 			for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
 				if g := p.HTTPGet; g.Host != "::1" || g.Port != intstr.FromInt32(9185) {
 					t.Errorf("probe goes to %s port %s, want ::1 port 9185", g.Host, g.Port.String())
+				}
+			}
+		}},
+		{"metrics on the node's IP", "metrics:\n  address: '$(POD_IP):9184'\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			c := container(ds)
+			if got := args(t, ds)["metrics-addr"]; !slices.Equal(got, []string{"$(POD_IP):9184"}) {
+				t.Errorf("--metrics-addr = %q", got)
+			}
+			want := corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}
+			if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_IP" }); i < 0 {
+				t.Errorf("env %+v has no POD_IP", c.Env)
+			} else if diff := cmp.Diff(want, c.Env[i]); diff != "" {
+				t.Errorf("POD_IP (-want +got):\n%s", diff)
+			}
+			for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+				if g := p.HTTPGet; g.Host != "" || g.Port != intstr.FromInt32(9184) {
+					t.Errorf("probe goes to %q port %s, want the pod IP (no host) port 9184", g.Host, g.Port.String())
 				}
 			}
 		}},

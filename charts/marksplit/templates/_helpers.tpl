@@ -103,14 +103,17 @@ deploy/daemonset.yaml's order.
 {{- end }}
 
 {{/*
-marksplit.probe is an httpGet probe of the agent's loopback listener: with
-hostNetwork a probe without host goes to the node's IP (deploy/daemonset.yaml
-says why). The host and port come from metrics.address.
+marksplit.probe is an httpGet probe of the agent's listener at
+metrics.address. With hostNetwork a probe without host goes to the node's IP:
+right for $(POD_IP), while a loopback listener answers only a probe that
+names it (deploy/daemonset.yaml says why).
 */}}
 {{- define "marksplit.probe" -}}
 {{- $addr := .root.Values.metrics.address }}
 httpGet:
+  {{- if not (contains "$(POD_IP)" $addr) }}
   host: {{ regexReplaceAll ":[0-9]+$" $addr "" | trimPrefix "[" | trimSuffix "]" | quote }}
+  {{- end }}
   port: {{ regexFind "[0-9]+$" $addr | int }}
   path: {{ .path }}
 {{- end }}
