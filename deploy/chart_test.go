@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -622,5 +623,40 @@ func TestChartAgreesWithAgent(t *testing.T) {
 			}
 			agree(t, fmt.Sprintf("underlayLink %q", l), map[string]any{"peers": map[string]any{"auto": false, "underlayLink": l}}, err)
 		}
+	}
+}
+
+// setFlag is a --set in a command of the docs: the value's path.
+var setFlag = regexp.MustCompile(`--set '?([A-Za-z][A-Za-z0-9.]*)=`)
+
+// TestChartDocs: every value the docs set with --set is one of the chart's,
+// and the chart's README names every top-level value.
+func TestChartDocs(t *testing.T) {
+	c := loadChart(t)
+	vals := chartutil.Values(c.Values)
+	n := 0
+	for _, f := range []string{"../docs/operations.md", filepath.Join(chartDir, "README.md")} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range setFlag.FindAllStringSubmatch(string(data), -1) {
+			n++
+			if _, err := vals.PathValue(m[1]); err != nil {
+				if _, terr := vals.Table(m[1]); terr != nil {
+					t.Errorf("%s: --set %s: the chart has no such value", f, m[1])
+				}
+			}
+		}
+		if strings.HasSuffix(f, "README.md") {
+			for k := range c.Values {
+				if !strings.Contains(string(data), "`"+k+"`") && !strings.Contains(string(data), "`"+k+".") {
+					t.Errorf("%s does not name the value %s", f, k)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no --set found in the docs: the pattern is wrong")
 	}
 }

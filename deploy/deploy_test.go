@@ -742,6 +742,9 @@ func TestOperationsDoc(t *testing.T) {
 		"marksplit_host_ip_frag_creates_total",
 		"ManageForeignRoutingPolicyRules=no",
 		"--protocol=kernel",
+		"helm install marksplit charts/marksplit -n kube-system",
+		"helm upgrade marksplit charts/marksplit -n kube-system --reset-then-reuse-values",
+		"helm uninstall marksplit -n kube-system",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("docs/operations.md does not contain %q", want)
