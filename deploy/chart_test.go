@@ -289,6 +289,13 @@ func TestChartVersion(t *testing.T) {
 // does not know) fail `helm template` and `helm install` with an error that
 // names the value, from values.schema.json or the templates' checks.
 func TestChartRefuses(t *testing.T) {
+	c := loadChart(t)
+	if c.Schema == nil {
+		t.Fatal("the chart has no values.schema.json")
+	}
+	if err := chartutil.ValidateAgainstSchema(c, c.Values); err != nil {
+		t.Fatalf("values.yaml does not pass values.schema.json: %v", err)
+	}
 	peers := func(auto bool, prefixes []any, link string) map[string]any {
 		return map[string]any{"peers": map[string]any{"auto": auto, "prefixes": prefixes, "underlayLink": link}}
 	}
