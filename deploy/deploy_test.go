@@ -363,7 +363,7 @@ func loadDaemonSet(t *testing.T) *appsv1.DaemonSet {
 var agentFlags = map[string]bool{
 	"tunnel-link": true, "mark": true, "table": true, "priority": true,
 	"peers": true, "prefix": true, "underlay-link": true, "encryption": true, "node-name": true,
-	"protocol": true, "metrics-addr": true, "log-format": true,
+	"protocol": true, "metrics-addr": true, "log-format": true, "allow-shared": true,
 	"secure-metrics-addr": true, "tls-cert-file": true, "tls-key-file": true,
 }
 
@@ -779,6 +779,9 @@ func TestOperationsDoc(t *testing.T) {
 		"marksplit_host_ip_frag_creates_total",
 		"ManageForeignRoutingPolicyRules=no",
 		"--protocol=kernel",
+		"helm install marksplit charts/marksplit -n kube-system",
+		"helm upgrade marksplit charts/marksplit -n kube-system --reset-then-reuse-values",
+		"helm uninstall marksplit -n kube-system",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("docs/operations.md does not contain %q", want)

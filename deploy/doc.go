@@ -19,6 +19,18 @@
 // from PATH, or is unpacked from Debian's prometheus package into
 // $MARKSPLIT_CACHE (never installed: its init script would start a server).
 //
+// ../charts/marksplit is the same agent as a Helm chart. Its tests (chart_test.go)
+// render it with helm's Go packages and compare it object by object with the
+// kustomization, with and without the monitoring component; check that each
+// value reaches its flag, that bad values fail with their name and that the
+// chart accepts exactly the tables, priorities, protocols, marks and link
+// names the agent's own checks (../netwatch/reconcile) accept; run helm lint;
+// and keep the chart's copies of the monitoring files equal to the originals
+// (`go test -run TestChartFiles -update` copies them). release_test.go checks
+// that the image the kustomization and the chart name is one a release tag
+// publishes.
+//
 // It is a Go module of its own so that the library's go.mod does not carry
-// the Kubernetes API types. Run its tests with `cd deploy && go test ./...`.
+// the Kubernetes API types, kustomize and helm. Run its tests with
+// `cd deploy && go test ./...`.
 package deploy

@@ -1,0 +1,119 @@
+{{/*
+The labels of the agent's objects: the same as deploy/'s, and no more, so
+that the chart and `kubectl apply -k deploy/` make the same objects.
+*/}}
+{{- define "marksplit.labels" -}}
+app.kubernetes.io/name: marksplit
+app.kubernetes.io/component: agent
+{{- end }}
+
+{{/*
+marksplit.linkName fails unless the kernel takes .value as a link name, as
+the agent checks it (reconcile.LinkName): what values.schema.json cannot
+say, that the limit is 15 bytes rather than characters.
+*/}}
+{{- define "marksplit.linkName" -}}
+{{- if gt (len .value) 15 }}
+{{- fail (printf "%s %q is longer than 15 bytes, the kernel's limit for a link name" .name .value) }}
+{{- end }}
+{{- end }}
+
+{{/*
+marksplit.mark fails unless the mark is inside the mask, as the agent checks
+it (reconcile.MarkMask): values.schema.json has the form, the template the
+bits. Bit by bit, as templates have no bitwise and.
+*/}}
+{{- define "marksplit.mark" -}}
+{{- $parts := splitList "/" . }}
+{{- $mark := int64 (first $parts) }}
+{{- $mask := int64 (last $parts) }}
+{{- range until 32 }}
+{{- if and (eq (mod $mark 2) 1) (eq (mod $mask 2) 0) }}
+{{- fail (printf "mark %q: the mask does not cover the mark (the agent refuses bits outside it)" $) }}
+{{- end }}
+{{- $mark = div $mark 2 }}
+{{- $mask = div $mask 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+marksplit.shared fails when table or priority is one that Cilium or
+Tailscale keep theirs in, unless allowShared, as the agent does
+(reconcile.Table.Neighbour, reconcile.Priority.Neighbour): the agent would
+remove what is there.
+*/}}
+{{- define "marksplit.shared" -}}
+{{- if not .Values.allowShared }}
+{{- $t := int64 .Values.table }}
+{{- $p := int64 .Values.priority }}
+{{- $owner := "" }}
+{{- if or (and (ge $t 200) (le $t 202)) (eq $t 2004) (eq $t 2005) }}
+{{- $owner = printf "table %d is Cilium's" $t }}
+{{- else if eq $t 52 }}
+{{- $owner = "table 52 is Tailscale's" }}
+{{- else if or (eq $p 1) (and (ge $p 8) (le $p 10)) (eq $p 20) (eq $p 100) (and (ge $p 109) (le $p 112)) }}
+{{- $owner = printf "priority %d is Cilium's" $p }}
+{{- else if and (ge $p 5210) (le $p 5270) }}
+{{- $owner = printf "priority %d is Tailscale's" $p }}
+{{- end }}
+{{- with $owner }}
+{{- fail (printf "%s: the agent would remove what is there; choose another, or set allowShared: true" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+marksplit.args are the container's args: `run`, then --flag=value, in
+deploy/daemonset.yaml's order.
+*/}}
+{{- define "marksplit.args" -}}
+{{- include "marksplit.linkName" (dict "name" "tunnelLink" "value" .Values.tunnelLink) }}
+{{- include "marksplit.mark" .Values.mark }}
+{{- include "marksplit.shared" . }}
+- run
+- {{ printf "--tunnel-link=%s" .Values.tunnelLink | toJson }}
+- {{ printf "--mark=%s" .Values.mark | toJson }}
+- --table={{ int64 .Values.table }}
+- --priority={{ int64 .Values.priority }}
+{{- if .Values.allowShared }}
+- --allow-shared=true
+{{- end }}
+{{- if .Values.peers.auto }}
+- --peers=auto
+{{- end }}
+{{- range .Values.peers.prefixes }}
+- {{ printf "--prefix=%s" . | toJson }}
+{{- end }}
+{{- with .Values.peers.underlayLink }}
+{{- include "marksplit.linkName" (dict "name" "peers.underlayLink" "value" .) }}
+{{- if eq . $.Values.tunnelLink }}
+{{- fail (printf "peers.underlayLink %q is the tunnelLink: the underlay is the link the tunnel's packets leave by" .) }}
+{{- end }}
+- {{ printf "--underlay-link=%s" . | toJson }}
+{{- end }}
+{{- with .Values.protocol | toString }}
+- {{ printf "--protocol=%s" . | toJson }}
+{{- end }}
+- --encryption=$(MARKSPLIT_ENCRYPTION)
+- {{ printf "--metrics-addr=%s" .Values.metrics.address | toJson }}
+- {{ printf "--log-format=%s" .Values.logFormat | toJson }}
+{{- range .Values.extraArgs }}
+- {{ toJson . }}
+{{- end }}
+{{- end }}
+
+{{/*
+marksplit.probe is an httpGet probe of the agent's listener at
+metrics.address. With hostNetwork a probe without host goes to the node's IP:
+right for $(POD_IP), while a loopback listener answers only a probe that
+names it (deploy/daemonset.yaml says why).
+*/}}
+{{- define "marksplit.probe" -}}
+{{- $addr := .root.Values.metrics.address }}
+httpGet:
+  {{- if not (contains "$(POD_IP)" $addr) }}
+  host: {{ regexReplaceAll ":[0-9]+$" $addr "" | trimPrefix "[" | trimSuffix "]" | quote }}
+  {{- end }}
+  port: {{ regexFind "[0-9]+$" $addr | int }}
+  path: {{ .path }}
+{{- end }}

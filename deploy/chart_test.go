@@ -1,0 +1,669 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/reconcile"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// The Helm chart, charts/marksplit, tested against the kustomization: by
+// default it renders the objects `kustomize build deploy/` does, and with
+// monitoring.enabled those of deploy/ with the monitoring component, object
+// by object. Helm and kustomize run from their Go modules; no binary.
+
+const chartDir = "../charts/marksplit"
+
+var updateChartFiles = flag.Bool("update", false, "copy deploy/monitoring's files into charts/marksplit/files (TestChartFiles)")
+
+// chartFiles are the chart's copies of the monitoring component's files
+// (chart path: deploy path). deploy/monitoring holds the originals, which
+// promtool and the dashboard tests check; a chart cannot read outside its
+// directory, nor kustomize outside its root, so the chart carries byte copies.
+var chartFiles = map[string]string{
+	"files/dashboard.json":      "monitoring/dashboard.json",
+	"files/prometheusrule.yaml": "monitoring/prometheusrule.yaml",
+}
+
+// TestChartFiles fails when a copy in charts/marksplit/files differs from
+// its original in deploy/monitoring; with -update it copies them again.
+func TestChartFiles(t *testing.T) {
+	for copyPath, orig := range chartFiles {
+		want, err := os.ReadFile(orig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(chartDir, copyPath)
+		if *updateChartFiles {
+			if err := os.WriteFile(dst, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want, got) {
+			t.Errorf("charts/marksplit/%s differs from deploy/%s: run `go test -run TestChartFiles -update` in deploy/", copyPath, orig)
+		}
+	}
+}
+
+// object is one rendered Kubernetes object, decoded as JSON would be.
+type object = map[string]any
+
+// objectKey names an object the way the API server does.
+func objectKey(o object) string {
+	meta, _ := o["metadata"].(map[string]any)
+	return fmt.Sprintf("%v %v %v/%v", o["apiVersion"], o["kind"], meta["namespace"], meta["name"])
+}
+
+// decodeObjects splits a YAML stream into objects: each document strictly
+// through the Kubernetes and Prometheus operator types first (a misspelt
+// field in a template fails), then into a map to compare.
+func decodeObjects(t *testing.T, what string, data []byte) []object {
+	t.Helper()
+	if _, err := decodeStreamWith(monitoringDecoder(), data); err != nil {
+		t.Fatalf("%s: %v\n%s", what, err, data)
+	}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var objs []object
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if isBlank(doc) {
+			continue
+		}
+		var o object
+		if err := yaml.Unmarshal(doc, &o); err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, doc)
+		}
+		objs = append(objs, o)
+	}
+}
+
+func loadChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	c, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatalf("load %s: %v", chartDir, err)
+	}
+	return c
+}
+
+// renderChart renders the chart as `helm template marksplit charts/marksplit
+// -n kube-system` with vals as the user's values: coalesced with
+// values.yaml, validated against values.schema.json, then through the
+// templates. It returns the objects, or the first error.
+func renderChart(t *testing.T, vals map[string]any) ([]object, error) {
+	t.Helper()
+	c := loadChart(t)
+	opts := chartutil.ReleaseOptions{Name: name, Namespace: namespace, Revision: 1, IsInstall: true}
+	rv, err := chartutil.ToRenderValues(c, vals, opts, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	out, err := engine.Render(c, rv)
+	if err != nil {
+		return nil, err
+	}
+	var stream bytes.Buffer
+	for _, f := range slices.Sorted(func(yield func(string) bool) {
+		for f := range out {
+			if !yield(f) {
+				return
+			}
+		}
+	}) {
+		if strings.HasSuffix(f, "NOTES.txt") {
+			continue
+		}
+		fmt.Fprintf(&stream, "---\n# %s\n%s\n", f, out[f])
+	}
+	return decodeObjects(t, "helm template", stream.Bytes()), nil
+}
+
+// mustRenderChart is renderChart that fails the test on an error.
+func mustRenderChart(t *testing.T, vals map[string]any) []object {
+	t.Helper()
+	objs, err := renderChart(t, vals)
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	return objs
+}
+
+// kustomizeObjects renders deploy/ as `kustomize build deploy/` does, and
+// with monitoring as an overlay beside it that adds the monitoring
+// component would (in memory, as TestMonitoringComponent).
+func kustomizeObjects(t *testing.T, monitoring bool) []object {
+	t.Helper()
+	fs := filesys.MakeFsInMemory()
+	base := readKustomization(t)
+	for _, f := range append([]string{"kustomization.yaml"}, base.Resources...) {
+		copyInto(t, fs, f, "/repo/deploy/"+f)
+	}
+	dir := "/repo/deploy"
+	if monitoring {
+		for _, f := range []string{"kustomization.yaml", "prometheusrule.yaml", "dashboard.json"} {
+			copyInto(t, fs, filepath.Join(monitoringDir, f), "/repo/deploy/monitoring/"+f)
+		}
+		overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../deploy\ncomponents:\n  - ../deploy/monitoring\n"
+		if err := fs.WriteFile("/repo/overlay/kustomization.yaml", []byte(overlay)); err != nil {
+			t.Fatal(err)
+		}
+		dir = "/repo/overlay"
+	}
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, dir)
+	if err != nil {
+		t.Fatalf("kustomize build: %v", err)
+	}
+	out, err := rm.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeObjects(t, "kustomize build", out)
+}
+
+// byKey indexes objects by objectKey; a key twice is an error.
+func byKey(t *testing.T, what string, objs []object) map[string]object {
+	t.Helper()
+	m := map[string]object{}
+	for _, o := range objs {
+		k := objectKey(o)
+		if _, dup := m[k]; dup {
+			t.Errorf("%s renders %s twice", what, k)
+		}
+		m[k] = o
+	}
+	return m
+}
+
+// TestChartMatchesKustomize: with its defaults, the chart renders exactly
+// the objects of `kubectl apply -k deploy/`, and with monitoring.enabled
+// those of deploy/ with the monitoring component: the same keys, and each
+// object equal field by field (labels, args, env, probes, resources,
+// security context, tolerations, image...).
+func TestChartMatchesKustomize(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		vals       map[string]any
+		monitoring bool
+		objects    int
+	}{
+		{"defaults", nil, false, 4},
+		{"monitoring", map[string]any{"monitoring": map[string]any{"enabled": true}}, true, 6},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			want := byKey(t, "kustomize", kustomizeObjects(t, tt.monitoring))
+			got := byKey(t, "the chart", mustRenderChart(t, tt.vals))
+			if len(want) != tt.objects {
+				t.Errorf("kustomize rendered %d objects, want %d", len(want), tt.objects)
+			}
+			keys := func(m map[string]object) []string {
+				return slices.Sorted(func(yield func(string) bool) {
+					for k := range m {
+						if !yield(k) {
+							return
+						}
+					}
+				})
+			}
+			if diff := cmp.Diff(keys(want), keys(got)); diff != "" {
+				t.Errorf("objects (-kustomize +chart):\n%s", diff)
+			}
+			for _, k := range keys(want) {
+				if g, ok := got[k]; ok {
+					if diff := cmp.Diff(want[k], g); diff != "" {
+						t.Errorf("%s (-kustomize +chart):\n%s", k, diff)
+					}
+				}
+			}
+			t.Logf("%d objects compared", len(want))
+		})
+	}
+}
+
+// TestChartVersion: the chart is cut for the release the kustomization
+// names (TestReleaseImage: a tag the release workflow publishes). Its
+// appVersion is that tag, its version the tag without the v, and its image
+// that repository, so both install the same image.
+func TestChartVersion(t *testing.T) {
+	c := loadChart(t)
+	k := readKustomization(t)
+	if len(k.Images) != 1 {
+		t.Fatalf("kustomization.yaml: want one images entry, got %d", len(k.Images))
+	}
+	img := k.Images[0]
+	if c.Metadata.APIVersion != chart.APIVersionV2 {
+		t.Errorf("Chart.yaml apiVersion %q, want %q", c.Metadata.APIVersion, chart.APIVersionV2)
+	}
+	if c.Metadata.AppVersion != img.NewTag {
+		t.Errorf("Chart.yaml appVersion %q, want the kustomization's newTag %q", c.Metadata.AppVersion, img.NewTag)
+	}
+	if want := strings.TrimPrefix(img.NewTag, "v"); c.Metadata.Version != want {
+		t.Errorf("Chart.yaml version %q, want %q (newTag %q without the v)", c.Metadata.Version, want, img.NewTag)
+	}
+	repo, _ := c.Values["image"].(map[string]any)["repository"].(string)
+	if repo != img.NewName {
+		t.Errorf("values.yaml image.repository %q, want the kustomization's newName %q", repo, img.NewName)
+	}
+}
+
+// TestChartRefuses: values the agent would refuse at start (or the chart
+// does not know) fail `helm template` and `helm install` with an error that
+// names the value, from values.schema.json or the templates' checks.
+func TestChartRefuses(t *testing.T) {
+	c := loadChart(t)
+	if c.Schema == nil {
+		t.Fatal("the chart has no values.schema.json")
+	}
+	if err := chartutil.ValidateAgainstSchema(c, c.Values); err != nil {
+		t.Fatalf("values.yaml does not pass values.schema.json: %v", err)
+	}
+	peers := func(auto bool, prefixes []any, link string) map[string]any {
+		return map[string]any{"peers": map[string]any{"auto": auto, "prefixes": prefixes, "underlayLink": link}}
+	}
+	for _, tt := range []struct {
+		name string
+		vals map[string]any
+		want string // in the error
+	}{
+		{"unknown key", map[string]any{"tabel": 901}, "tabel"},
+		{"unknown nested key", map[string]any{"image": map[string]any{"tags": "v1"}}, "tags"},
+		{"mark without mask", map[string]any{"mark": "0xe00"}, "/mark"},
+		{"mark in decimal", map[string]any{"mark": "3584/3840"}, "/mark"},
+		{"mark in upper case", map[string]any{"mark": "0xE00/0xF00"}, "/mark"},
+		{"mark 0", map[string]any{"mark": "0x0/0xf00"}, "/mark"},
+		{"mask 0", map[string]any{"mark": "0xe00/0x0"}, "/mark"},
+		{"mark over 32 bits", map[string]any{"mark": "0x100000000/0x100000000"}, "/mark"},
+		{"mark outside the mask", map[string]any{"mark": "0x1e00/0xf00"}, "mark"},
+		{"table 0", map[string]any{"table": 0}, "/table"},
+		{"table 252", map[string]any{"table": 252}, "/table"},
+		{"table 254", map[string]any{"table": 254}, "/table"},
+		{"table 255", map[string]any{"table": 255}, "/table"},
+		{"table over 32 bits", map[string]any{"table": int64(4294967296)}, "/table"},
+		{"table as a string", map[string]any{"table": "900"}, "/table"},
+		{"Cilium's table", map[string]any{"table": 2004}, "table 2004"},
+		{"Tailscale's table", map[string]any{"table": 52}, "table 52"},
+		{"priority 0", map[string]any{"priority": 0}, "/priority"},
+		{"priority 32766", map[string]any{"priority": 32766}, "/priority"},
+		{"priority 40000", map[string]any{"priority": 40000}, "/priority"},
+		{"Cilium's priority", map[string]any{"priority": 100}, "priority 100"},
+		{"Tailscale's priority", map[string]any{"priority": 5230}, "priority 5230"},
+		{"protocol 0", map[string]any{"protocol": 0}, "/protocol"},
+		{"protocol 3", map[string]any{"protocol": 3}, "/protocol"},
+		{"protocol 256", map[string]any{"protocol": 256}, "/protocol"},
+		{"protocol boot", map[string]any{"protocol": "boot"}, "/protocol"},
+		{"protocol unknown name", map[string]any{"protocol": "zebra"}, "/protocol"},
+		{"encryption", map[string]any{"encryption": "yes"}, "/encryption"},
+		{"encryption bool", map[string]any{"encryption": true}, "/encryption"},
+		{"log format", map[string]any{"logFormat": "xml"}, "/logFormat"},
+		{"tunnel link empty", map[string]any{"tunnelLink": ""}, "/tunnelLink"},
+		{"tunnel link 16 bytes", map[string]any{"tunnelLink": "cilium_wg0123456"}, "/tunnelLink"},
+		{"tunnel link 16 bytes in 8 characters", map[string]any{"tunnelLink": "éééééééé"}, "tunnelLink"},
+		{"tunnel link with a slash", map[string]any{"tunnelLink": "wg/0"}, "/tunnelLink"},
+		{"tunnel link with a colon", map[string]any{"tunnelLink": "wg:0"}, "/tunnelLink"},
+		{"tunnel link with a space", map[string]any{"tunnelLink": "wg 0"}, "/tunnelLink"},
+		{"tunnel link with a control character", map[string]any{"tunnelLink": "wg\x010"}, "/tunnelLink"},
+		{"tunnel link dot dot", map[string]any{"tunnelLink": ".."}, "/tunnelLink"},
+		{"peers auto with prefixes", peers(true, []any{"10.0.0.0/16"}, ""), "/peers/prefixes"},
+		{"peers auto with underlay link", peers(true, nil, "eth0"), "/peers/underlayLink"},
+		{"no peers", peers(false, nil, ""), "/peers"},
+		{"prefix not a CIDR", peers(false, []any{"10.0.0.0"}, ""), "/peers/prefixes/0"},
+		{"prefix length 33", peers(false, []any{"10.0.0.0/33"}, ""), "/peers/prefixes/0"},
+		{"underlay link with a slash", peers(false, nil, "eth/0"), "/peers/underlayLink"},
+		{"underlay link is the tunnel link", peers(false, nil, "cilium_wg0"), "peers.underlayLink"},
+		{"metrics not loopback", map[string]any{"metrics": map[string]any{"address": "0.0.0.0:9184"}}, "/metrics/address"},
+		{"metrics empty", map[string]any{"metrics": map[string]any{"address": ""}}, "/metrics/address"},
+		{"metrics on a name", map[string]any{"metrics": map[string]any{"address": "$(NODE_NAME):9184"}}, "/metrics/address"},
+		{"metrics port 65536", map[string]any{"metrics": map[string]any{"address": "127.0.0.1:65536"}}, "/metrics/address"},
+		{"extra arg not a flag", map[string]any{"extraArgs": []any{"plan"}}, "/extraArgs/0"},
+		{"pull policy", map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}}, "/image/pullPolicy"},
+		{"rule label not a string", map[string]any{"monitoring": map[string]any{"ruleLabels": map[string]any{"release": 1}}}, "/monitoring/ruleLabels/release"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := renderChart(t, tt.vals)
+			if err == nil {
+				t.Fatalf("values %v rendered without error", tt.vals)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error does not name %q:\n%v", tt.want, err)
+			}
+			t.Logf("%v", err)
+		})
+	}
+}
+
+// chartDaemonSet renders the chart with the values of a values file and
+// returns its DaemonSet and every object.
+func chartDaemonSet(t *testing.T, valuesYAML string) (*appsv1.DaemonSet, []object) {
+	t.Helper()
+	vals, err := chartutil.ReadValues([]byte(valuesYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := mustRenderChart(t, vals)
+	var ds *appsv1.DaemonSet
+	for _, o := range objs {
+		if o["kind"] != "DaemonSet" {
+			continue
+		}
+		j, err := json.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = new(appsv1.DaemonSet)
+		if err := json.Unmarshal(j, ds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ds == nil {
+		t.Fatal("no DaemonSet rendered")
+	}
+	return ds, objs
+}
+
+// TestChartValues: each value reaches the flag or field it documents, in a
+// values file as `helm install -f` reads it.
+func TestChartValues(t *testing.T) {
+	container := func(ds *appsv1.DaemonSet) corev1.Container { return ds.Spec.Template.Spec.Containers[0] }
+	args := func(t *testing.T, ds *appsv1.DaemonSet) map[string][]string {
+		return parseArgs(t, container(ds).Args)
+	}
+	for _, tt := range []struct {
+		name, values string
+		check        func(t *testing.T, ds *appsv1.DaemonSet, objs []object)
+	}{
+		{"prefixes and underlay link", "peers:\n  auto: false\n  prefixes: [10.0.0.0/16, 'fd00::/64']\n  underlayLink: enp7s0\n",
+			func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+				a := args(t, ds)
+				if diff := cmp.Diff([]string{"10.0.0.0/16", "fd00::/64"}, a["prefix"]); diff != "" {
+					t.Errorf("--prefix (-want +got):\n%s", diff)
+				}
+				if got := a["underlay-link"]; !slices.Equal(got, []string{"enp7s0"}) {
+					t.Errorf("--underlay-link = %q", got)
+				}
+				if got, ok := a["peers"]; ok {
+					t.Errorf("--peers = %q beside --prefix: the agent refuses it", got)
+				}
+			}},
+		{"policy", "tunnelLink: wg0\nmark: '0x1e00/0x1f00'\ntable: 4294967295\npriority: 32765\nprotocol: kernel\nencryption: 'off'\nlogFormat: json\nextraArgs: [--node-name=n1]\n",
+			func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+				want := map[string][]string{
+					"tunnel-link": {"wg0"}, "mark": {"0x1e00/0x1f00"}, "table": {"4294967295"},
+					"priority": {"32765"}, "peers": {"auto"}, "protocol": {"kernel"},
+					"encryption": {"$(MARKSPLIT_ENCRYPTION)"}, "metrics-addr": {"127.0.0.1:9184"},
+					"log-format": {"json"}, "node-name": {"n1"},
+				}
+				if diff := cmp.Diff(want, args(t, ds)); diff != "" {
+					t.Errorf("args (-want +got):\n%s", diff)
+				}
+				if env := container(ds).Env; len(env) != 2 || env[1].Name != "MARKSPLIT_ENCRYPTION" || env[1].Value != "off" {
+					t.Errorf("env = %+v, want MARKSPLIT_ENCRYPTION=off", env)
+				}
+			}},
+		{"protocol number", "protocol: 77\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			if got := args(t, ds)["protocol"]; !slices.Equal(got, []string{"77"}) {
+				t.Errorf("--protocol = %q, want 77", got)
+			}
+		}},
+		{"shared table", "allowShared: true\ntable: 2004\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			a := args(t, ds)
+			if !slices.Equal(a["allow-shared"], []string{"true"}) || !slices.Equal(a["table"], []string{"2004"}) {
+				t.Errorf("args %q, want --allow-shared=true --table=2004", container(ds).Args)
+			}
+		}},
+		{"metrics on IPv6 loopback", "metrics:\n  address: '[::1]:9185'\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			c := container(ds)
+			if got := args(t, ds)["metrics-addr"]; !slices.Equal(got, []string{"[::1]:9185"}) {
+				t.Errorf("--metrics-addr = %q", got)
+			}
+			for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+				if g := p.HTTPGet; g.Host != "::1" || g.Port != intstr.FromInt32(9185) {
+					t.Errorf("probe goes to %s port %s, want ::1 port 9185", g.Host, g.Port.String())
+				}
+			}
+		}},
+		{"metrics on the node's IP", "metrics:\n  address: '$(POD_IP):9184'\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			c := container(ds)
+			if got := args(t, ds)["metrics-addr"]; !slices.Equal(got, []string{"$(POD_IP):9184"}) {
+				t.Errorf("--metrics-addr = %q", got)
+			}
+			want := corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}
+			if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_IP" }); i < 0 {
+				t.Errorf("env %+v has no POD_IP", c.Env)
+			} else if diff := cmp.Diff(want, c.Env[i]); diff != "" {
+				t.Errorf("POD_IP (-want +got):\n%s", diff)
+			}
+			for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+				if g := p.HTTPGet; g.Host != "" || g.Port != intstr.FromInt32(9184) {
+					t.Errorf("probe goes to %q port %s, want the pod IP (no host) port 9184", g.Host, g.Port.String())
+				}
+			}
+		}},
+		{"pod", `image: {repository: registry.example.com/marksplit, tag: dev, pullPolicy: Always}
+imagePullSecrets: [{name: pull}]
+nodeSelector: {kubernetes.io/os: linux}
+tolerations: []
+priorityClassName: ""
+resources: {limits: {memory: 256Mi}}
+`, func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			spec := ds.Spec.Template.Spec
+			c := spec.Containers[0]
+			if c.Image != "registry.example.com/marksplit:dev" || c.ImagePullPolicy != corev1.PullAlways {
+				t.Errorf("image %s, pull policy %s", c.Image, c.ImagePullPolicy)
+			}
+			if diff := cmp.Diff([]corev1.LocalObjectReference{{Name: "pull"}}, spec.ImagePullSecrets); diff != "" {
+				t.Errorf("imagePullSecrets (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(map[string]string{"kubernetes.io/os": "linux"}, spec.NodeSelector); diff != "" {
+				t.Errorf("nodeSelector (-want +got):\n%s", diff)
+			}
+			if len(spec.Tolerations) != 0 || spec.PriorityClassName != "" {
+				t.Errorf("tolerations %v, priorityClassName %q: want none", spec.Tolerations, spec.PriorityClassName)
+			}
+			// Helm merges a map value into the default: the other three stay.
+			want := corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("48Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+			}
+			if !equality.Semantic.DeepEqual(want, c.Resources) {
+				t.Errorf("resources %v, want %v", c.Resources, want)
+			}
+		}},
+		{"rule labels", "monitoring:\n  enabled: true\n  ruleLabels: {release: prometheus}\n", func(t *testing.T, _ *appsv1.DaemonSet, objs []object) {
+			for _, o := range objs {
+				if o["kind"] != "PrometheusRule" {
+					continue
+				}
+				want := map[string]any{appLabel: name, "app.kubernetes.io/component": "alerts", "release": "prometheus"}
+				if diff := cmp.Diff(want, o["metadata"].(map[string]any)["labels"]); diff != "" {
+					t.Errorf("PrometheusRule labels (-want +got):\n%s", diff)
+				}
+				return
+			}
+			t.Error("no PrometheusRule rendered")
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ds, objs := chartDaemonSet(t, tt.values)
+			tt.check(t, ds, objs)
+		})
+	}
+}
+
+// TestChartLint runs `helm lint` (helm's lint package, with its default
+// values and in kube-system, as strict as --strict) and fails on any message
+// of severity warning or above. The one info it may print is the missing
+// icon: the project has none.
+func TestChartLint(t *testing.T) {
+	for _, vals := range []map[string]any{
+		nil,
+		{"monitoring": map[string]any{"enabled": true}},
+	} {
+		linter := lint.All(chartDir, vals, namespace, true)
+		for _, m := range linter.Messages {
+			t.Logf("helm lint, values %v: %s", vals, m)
+			if m.Severity >= support.WarningSev || !strings.Contains(m.Err.Error(), "icon is recommended") {
+				t.Errorf("helm lint, values %v: %s", vals, m)
+			}
+		}
+	}
+}
+
+// TestChartAgreesWithAgent: the chart accepts a table, priority, protocol,
+// mark or link name exactly when the agent's own checks do
+// (netwatch/reconcile's types, which the agent's flags parse with), in the
+// notation the chart takes: integers for table and priority, an integer, a
+// decimal or a name for protocol, lowercase 0x hex for the mark. Prefixes
+// are left out: the chart checks their form, the agent also their host bits.
+func TestChartAgreesWithAgent(t *testing.T) {
+	accepts := func(vals map[string]any) bool {
+		_, err := renderChart(t, vals)
+		return err == nil
+	}
+	agree := func(t *testing.T, what string, vals map[string]any, agentErr error) {
+		t.Helper()
+		if chartOK, agentOK := accepts(vals), agentErr == nil; chartOK != agentOK {
+			t.Errorf("%s: the chart accepts it: %v; the agent: %v (%v)", what, chartOK, agentOK, agentErr)
+		}
+	}
+	neighbour := func(n string) error {
+		if n != "" {
+			return errors.New(n)
+		}
+		return nil
+	}
+
+	tables := []uint64{0, 1, 51, 52, 53, 199, 200, 201, 202, 203, 251, 252, 253, 254, 255, 256, 900, 2003, 2004, 2005, 2006, 1 << 31, 1<<32 - 1, 1 << 32}
+	priorities := []uint64{0, 1, 2, 7, 8, 9, 10, 11, 19, 20, 21, 99, 100, 101, 108, 109, 112, 113, 900, 5209, 5210, 5240, 5270, 5271, 32765, 32766, 32767, 1 << 32}
+	for _, shared := range []bool{false, true} {
+		for _, n := range tables {
+			var v reconcile.Table
+			err := v.Set(strconv.FormatUint(n, 10))
+			if err == nil && !shared {
+				err = neighbour(v.Neighbour())
+			}
+			agree(t, fmt.Sprintf("table %d, allowShared %v", n, shared), map[string]any{"table": n, "allowShared": shared}, err)
+		}
+		for _, n := range priorities {
+			var v reconcile.Priority
+			err := v.Set(strconv.FormatUint(n, 10))
+			if err == nil && !shared {
+				err = neighbour(v.Neighbour())
+			}
+			agree(t, fmt.Sprintf("priority %d, allowShared %v", n, shared), map[string]any{"priority": n, "allowShared": shared}, err)
+		}
+	}
+
+	// Every protocol number, as a number, in decimal, and by its iproute2
+	// name where it has one.
+	for n := range 257 {
+		var v reconcile.Protocol
+		err := v.Set(strconv.Itoa(n))
+		agree(t, fmt.Sprintf("protocol %d", n), map[string]any{"protocol": n}, err)
+		agree(t, fmt.Sprintf("protocol %q", strconv.Itoa(n)), map[string]any{"protocol": strconv.Itoa(n)}, err)
+		if n < 256 {
+			if s := netwatch.Protocol(n).String(); s != strconv.Itoa(n) {
+				agree(t, fmt.Sprintf("protocol %q", s), map[string]any{"protocol": s}, v.Set(s))
+			}
+		}
+	}
+	var p reconcile.Protocol
+	agree(t, `protocol "zebra"`, map[string]any{"protocol": "zebra"}, p.Set("zebra"))
+
+	for _, m := range []string{
+		"0xe00/0xf00", "0x1e00/0xf00", "0xe00/0x1f00", "0x1/0x1", "0x2/0x1", "0xffffffff/0xffffffff",
+		"0x80000000/0xffffffff", "0x0/0xf00", "0xe00/0x0", "0x00000e00/0x00000f00",
+		"0x100000000/0xffffffff", "0xf0f0/0xff0f", "0xf0f0/0xfff0",
+	} {
+		var v reconcile.MarkMask
+		agree(t, "mark "+m, map[string]any{"mark": m}, v.Set(m))
+	}
+
+	for _, l := range []string{
+		"cilium_wg0", "", "a", strings.Repeat("a", 15), strings.Repeat("a", 16), "wg/0", "wg:0", "wg 0",
+		"wg\t0", "wg\n0", "wg\x010", "wg\x7f", ".", "..", "...", ".a", "..a", "a.", "éééééééé", "ééééééé",
+		"wg\u00a00", "eth0.100", "br-1a2b", "wg#0",
+	} {
+		agree(t, fmt.Sprintf("tunnelLink %q", l), map[string]any{"tunnelLink": l}, reconcile.LinkName(l).Check())
+		if l != "" {
+			err := reconcile.LinkName(l).Check()
+			if err == nil && l == "cilium_wg0" {
+				err = errors.New("the tunnel link") // mtupolicy: the underlay link is not the tunnel link
+			}
+			agree(t, fmt.Sprintf("underlayLink %q", l), map[string]any{"peers": map[string]any{"auto": false, "underlayLink": l}}, err)
+		}
+	}
+}
+
+// setFlag is a --set in a command of the docs: the value's path.
+var setFlag = regexp.MustCompile(`--set '?([A-Za-z][A-Za-z0-9.]*)=`)
+
+// TestChartDocs: every value the docs set with --set is one of the chart's,
+// and the chart's README names every top-level value.
+func TestChartDocs(t *testing.T) {
+	c := loadChart(t)
+	vals := chartutil.Values(c.Values)
+	n := 0
+	for _, f := range []string{"../docs/operations.md", filepath.Join(chartDir, "README.md")} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range setFlag.FindAllStringSubmatch(string(data), -1) {
+			n++
+			if _, err := vals.PathValue(m[1]); err != nil {
+				if _, terr := vals.Table(m[1]); terr != nil {
+					t.Errorf("%s: --set %s: the chart has no such value", f, m[1])
+				}
+			}
+		}
+		if strings.HasSuffix(f, "README.md") {
+			for k := range c.Values {
+				if !strings.Contains(string(data), "`"+k+"`") && !strings.Contains(string(data), "`"+k+".") {
+					t.Errorf("%s does not name the value %s", f, k)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no --set found in the docs: the pattern is wrong")
+	}
+}
