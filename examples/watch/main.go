@@ -50,8 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "watch: unexpected argument %q\n", fs.Arg(0))
 		return 2
-	case *buf <= 0:
-		fmt.Fprintf(stderr, "watch: -buffer %d: want a positive number of bytes\n", *buf)
+	case *buf < 0:
+		fmt.Fprintf(stderr, "watch: -buffer %d: want a number of bytes, or 0 for the default\n", *buf)
 		return 2
 	}
 	// The watcher's warnings (an overflow and the resync after it, a
