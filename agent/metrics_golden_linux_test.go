@@ -41,6 +41,7 @@ func TestMetricsGolden(t *testing.T) {
 	// As runAgent: the registry sees the API's request counters and the peers.
 	m := newMetrics(h.w, peersConfig(), srcs.requests, snmpPath)
 	m.addPeers(h.l, srcs.peers)
+	m.addEvents(nil)
 	h.start()
 	ctx, cancel := context.WithCancel(context.Background())
 	var g group
