@@ -237,6 +237,10 @@ func TestKustomizeBuild(t *testing.T) {
 			got = append(got, id{"ClusterRole", o.Namespace, o.Name})
 		case *rbacv1.ClusterRoleBinding:
 			got = append(got, id{"ClusterRoleBinding", o.Namespace, o.Name})
+		case *rbacv1.Role:
+			got = append(got, id{"Role", o.Namespace, o.Name})
+		case *rbacv1.RoleBinding:
+			got = append(got, id{"RoleBinding", o.Namespace, o.Name})
 		case *appsv1.DaemonSet:
 			got = append(got, id{"DaemonSet", o.Namespace, o.Name})
 			ds = o
@@ -248,6 +252,8 @@ func TestKustomizeBuild(t *testing.T) {
 		{"ClusterRole", "", name},
 		{"ClusterRoleBinding", "", name},
 		{"DaemonSet", namespace, name},
+		{"Role", eventsNamespace, name},
+		{"RoleBinding", eventsNamespace, name},
 		{"ServiceAccount", namespace, name},
 	}
 	sortIDs := func(a, b id) int { return strings.Compare(a.Kind+"/"+a.Name, b.Kind+"/"+b.Name) }
@@ -273,11 +279,15 @@ func TestKustomizeBuild(t *testing.T) {
 	}
 }
 
+// eventsNamespace holds the agent's Events about its Node, as the kubelet's.
+const eventsNamespace = "default"
+
 func TestRBAC(t *testing.T) {
 	objs := decodeFile(t, "rbac.yaml")
-	if len(objs) != 3 {
-		t.Fatalf("rbac.yaml: %d objects, want ServiceAccount, ClusterRole, ClusterRoleBinding", len(objs))
+	if len(objs) != 5 {
+		t.Fatalf("rbac.yaml: %d objects, want ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding", len(objs))
 	}
+	testEventsRole(t, objs[3], objs[4])
 	sa, ok1 := objs[0].(*corev1.ServiceAccount)
 	role, ok2 := objs[1].(*rbacv1.ClusterRole)
 	binding, ok3 := objs[2].(*rbacv1.ClusterRoleBinding)
@@ -318,6 +328,37 @@ func TestRBAC(t *testing.T) {
 	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: namespace}}
 	if diff := cmp.Diff(wantSubjects, binding.Subjects); diff != "" {
 		t.Errorf("ClusterRoleBinding subjects (-want +got):\n%s", diff)
+	}
+}
+
+// testEventsRole checks the Role and RoleBinding of the agent's Events:
+// create and patch on events.k8s.io events in default, nothing else, for
+// the agent's ServiceAccount.
+func testEventsRole(t *testing.T, r, b runtime.Object) {
+	t.Helper()
+	role, ok1 := r.(*rbacv1.Role)
+	binding, ok2 := b.(*rbacv1.RoleBinding)
+	if !ok1 || !ok2 {
+		t.Fatalf("rbac.yaml: got %T, %T; want Role, RoleBinding", r, b)
+	}
+	if role.Name != name || role.Namespace != eventsNamespace || binding.Name != name || binding.Namespace != eventsNamespace {
+		t.Errorf("Role %s/%s, RoleBinding %s/%s; want both %s/%s", role.Namespace, role.Name, binding.Namespace, binding.Name, eventsNamespace, name)
+	}
+	wantRules := []rbacv1.PolicyRule{{
+		APIGroups: []string{"events.k8s.io"},
+		Resources: []string{"events"},
+		Verbs:     []string{"create", "patch"},
+	}}
+	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
+		t.Errorf("Role rules (-want +got):\n%s", diff)
+	}
+	wantRef := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name}
+	if diff := cmp.Diff(wantRef, binding.RoleRef); diff != "" {
+		t.Errorf("RoleBinding roleRef (-want +got):\n%s", diff)
+	}
+	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: namespace}}
+	if diff := cmp.Diff(wantSubjects, binding.Subjects); diff != "" {
+		t.Errorf("RoleBinding subjects (-want +got):\n%s", diff)
 	}
 }
 
