@@ -607,7 +607,7 @@ func TestHostile(t *testing.T) {
 	t.Run("expired Event", func(t *testing.T) {
 		h := start(t, "node-1", nil)
 		h.r.Record(Warning, "SplitFight", "Repair", "x")
-		h.writesAre(t, 1)
+		h.created(t, 1)
 		first := h.api.names()[0]
 		h.api.mu.Lock()
 		delete(h.api.events, first) // the API server's TTL
