@@ -50,7 +50,7 @@ type nodeEvents struct {
 	record func(typ, reason, action, note string)
 
 	// Set by policy, read by pass.
-	wantRule   atomic.Bool // the desired state has the rule
+	haveRule   atomic.Bool // the kernel has a rule at the priority
 	tunnelGone atomic.Bool // the node encrypts and the tunnel link does not exist
 
 	// The Reconciler's goroutine only.
@@ -104,12 +104,21 @@ func newRecorder(o options, log *slog.Logger) (*kubeevents.Recorder, error) {
 	})
 }
 
-// policy notes what the desired state d, for mode, says about the split.
-func (e *nodeEvents) policy(v netwatch.View, mode mtupolicy.Mode, d reconcile.Desired, ok bool) {
+// policy notes what the view says about the split: whether the kernel has
+// the rule (after a pass that converged, with nothing to do, the view is the
+// desired state), and whether the tunnel link is missing while the node
+// encrypts.
+func (e *nodeEvents) policy(v netwatch.View, mode mtupolicy.Mode, ok bool) {
 	if e == nil || !ok {
 		return
 	}
-	e.wantRule.Store(len(d.Rules) > 0)
+	have := false
+	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
+		for r := range v.Rules(f) {
+			have = have || r.Priority == e.cfg.Priority
+		}
+	}
+	e.haveRule.Store(have)
 	_, tunnel := v.LinkByName(e.cfg.TunnelLink)
 	e.tunnelGone.Store(mode == mtupolicy.ModeOn && !tunnel)
 }
@@ -155,27 +164,23 @@ func (e *nodeEvents) pass(p reconcile.Pass, converged bool, mode mtupolicy.Mode,
 			fmt.Sprintf("tunnel link %s does not exist while the node encrypts: nothing is split", e.cfg.TunnelLink))
 	}
 	e.wasGone = gone
+	have := int8(0)
+	if e.haveRule.Load() {
+		have = 1
+	}
+	if e.hadRule < 0 {
+		e.hadRule = have // before the first pass changed anything
+	}
 	if !converged {
 		return
 	}
-	has := e.wantRule.Load()
 	switch {
-	case e.hadRule < 0:
-		// The first converged pass: a change only if it made one.
-		if has && appliedRule(p, netwatch.RuleAdd) {
-			e.installed()
-		} else if !has && appliedRule(p, netwatch.RuleDelete) {
-			e.removed(mode, gone)
-		}
-	case has && e.hadRule == 0:
+	case have == 1 && e.hadRule == 0:
 		e.installed()
-	case !has && e.hadRule == 1:
+	case have == 0 && e.hadRule == 1:
 		e.removed(mode, gone)
 	}
-	e.hadRule = 0
-	if has {
-		e.hadRule = 1
-	}
+	e.hadRule = have
 }
 
 func (e *nodeEvents) failed(err error, now time.Time) {
@@ -208,16 +213,6 @@ func (e *nodeEvents) removed(mode mtupolicy.Mode, gone bool) {
 	}
 	e.record(kubeevents.Normal, reasonRemoved, "Remove",
 		fmt.Sprintf("split removed: rule %d and table %d's routes are gone (%s)", e.cfg.Priority, e.cfg.Table, why))
-}
-
-// appliedRule reports whether p applied a rule operation of kind k.
-func appliedRule(p reconcile.Pass, k netwatch.OpKind) bool {
-	for _, op := range p.Applied {
-		if op.Kind == k {
-			return true
-		}
-	}
-	return false
 }
 
 var (

@@ -25,43 +25,43 @@ func capture() (*nodeEvents, *[]string) {
 	return e, &got
 }
 
-var (
-	ruleAdd    = netwatch.Op{Kind: netwatch.RuleAdd}
-	ruleDelete = netwatch.Op{Kind: netwatch.RuleDelete}
-)
-
 // What the loop's hooks see becomes a few Events: a transition each, never
 // one per pass or per repair.
 func TestNodeEvents(t *testing.T) {
 	e, got := capture()
 	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	step := func(applied []netwatch.Op, want bool, mode mtupolicy.Mode) {
-		e.wantRule.Store(want)
+	// step is a pass that found the rule there or not (before) and made ops
+	// changes; it converged when it had nothing to do.
+	step := func(before bool, ops int, mode mtupolicy.Mode) {
+		e.haveRule.Store(before)
 		now = now.Add(time.Second)
-		e.pass(reconcile.Pass{Planned: true, Applied: applied}, true, mode, now)
+		e.pass(reconcile.Pass{Planned: true, Applied: make([]netwatch.Op, ops)}, ops == 0, mode, now)
 	}
 	// The mode is learnt: no Event; the split installed: one.
 	e.setMode(mtupolicy.ModeUnknown, mtupolicy.ModeOn)
 	e.pass(reconcile.Pass{}, false, mtupolicy.ModeOn, now) // not planned
-	step([]netwatch.Op{{Kind: netwatch.RouteReplace}, ruleAdd}, true, mtupolicy.ModeOn)
-	step(nil, true, mtupolicy.ModeOn)
+	step(false, 3, mtupolicy.ModeOn)
+	step(true, 0, mtupolicy.ModeOn)
+	step(true, 0, mtupolicy.ModeOn)
 	// A fight: one Event at its start, none per repair, none at its end.
 	e.fight(reconcile.Fight{Line: "rule 900: not fwmark 0xe00/0xf00 lookup 900", By: netwatch.Origin{Kind: netwatch.OriginProgram, PID: 42, Comm: "ip"}, Undos: 3})
 	for range 100 {
-		step([]netwatch.Op{ruleAdd}, true, mtupolicy.ModeOn)
+		step(false, 1, mtupolicy.ModeOn)
+		step(true, 0, mtupolicy.ModeOn)
 	}
 	e.fight(reconcile.Fight{Line: "rule 900: not fwmark 0xe00/0xf00 lookup 900", Over: true})
 	// Opted out: the mode change and the split removed.
 	e.setMode(mtupolicy.ModeOn, mtupolicy.ModeOff)
-	step([]netwatch.Op{ruleDelete}, false, mtupolicy.ModeOff)
-	step(nil, false, mtupolicy.ModeOff)
+	step(true, 3, mtupolicy.ModeOff)
+	step(false, 0, mtupolicy.ModeOff)
 	e.setMode(mtupolicy.ModeOff, mtupolicy.ModeOn)
 	// The tunnel link goes missing: one Event while it lasts.
 	e.tunnelGone.Store(true)
-	step(nil, false, mtupolicy.ModeOn)
-	step(nil, false, mtupolicy.ModeOn)
+	step(false, 0, mtupolicy.ModeOn)
+	step(false, 0, mtupolicy.ModeOn)
 	e.tunnelGone.Store(false)
-	step([]netwatch.Op{ruleAdd}, true, mtupolicy.ModeOn)
+	step(false, 3, mtupolicy.ModeOn)
+	step(true, 0, mtupolicy.ModeOn)
 
 	want := []string{
 		"Normal SplitInstalled: split installed: rule 900 (not fwmark 0xe00/0xf00 lookup 900): host traffic to the split destinations takes table 900 at cilium_wg0's MTU",
@@ -81,9 +81,9 @@ func TestNodeEvents(t *testing.T) {
 // converged pass made no change.
 func TestNodeEventsRestart(t *testing.T) {
 	e, got := capture()
-	e.wantRule.Store(true)
+	e.haveRule.Store(true)
 	e.pass(reconcile.Pass{Planned: true}, true, mtupolicy.ModeOn, time.Now())
-	e.wantRule.Store(false)
+	e.haveRule.Store(false)
 	e.hadRule = -1
 	e.pass(reconcile.Pass{Planned: true}, true, mtupolicy.ModeOff, time.Now())
 	if len(*got) != 0 {

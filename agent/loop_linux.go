@@ -87,7 +87,7 @@ func (l *loop) policy(v netwatch.View) (d reconcile.Desired, ok bool) {
 	} else {
 		d, ok = mtupolicy.Desired(v, l.cfg, mode)
 	}
-	l.ev.policy(v, mode, d, ok)
+	l.ev.policy(v, mode, ok)
 	return d, ok
 }
 
