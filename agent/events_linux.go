@@ -46,8 +46,8 @@ const (
 type nodeEvents struct {
 	rec *kubeevents.Recorder
 	cfg mtupolicy.Config
-	// record is rec.Record (a test's capture).
-	record func(typ, reason, action, note string)
+	// recordGroup is rec.RecordGroup (a test's capture).
+	recordGroup func(group, typ, reason, action, note string)
 
 	// Set by policy, read by pass.
 	haveRule   atomic.Bool // the kernel has a rule at the priority
@@ -74,7 +74,7 @@ func newNodeEvents(o options, log *slog.Logger) *nodeEvents {
 		log.Info("events: off: " + err.Error() + ": no Kubernetes Events on the Node; the agent works without them")
 		return nil
 	}
-	return &nodeEvents{rec: rec, record: rec.Record, cfg: o.policy, hadRule: -1}
+	return &nodeEvents{rec: rec, recordGroup: rec.RecordGroup, cfg: o.policy, hadRule: -1}
 }
 
 func newRecorder(o options, log *slog.Logger) (*kubeevents.Recorder, error) {
@@ -123,19 +123,16 @@ func (e *nodeEvents) policy(v netwatch.View, mode mtupolicy.Mode, ok bool) {
 	e.tunnelGone.Store(mode == mtupolicy.ModeOn && !tunnel)
 }
 
-// fight records the start of a fight; its end is in the log.
+// fight records the start of a fight; its end is in the log. The fights
+// over one object are one Event, whoever the program: a script that runs
+// `ip rule del` again and again is a new process each time, often gone
+// before /proc could name it. The note names the first.
 func (e *nodeEvents) fight(f reconcile.Fight) {
 	if e == nil || f.Over {
 		return
 	}
-	// The program by its command, not its PID: a fight by a script that
-	// runs `ip rule del` again and again is one Event with a series.
-	by := f.By.Comm
-	if by == "" {
-		by = f.By.String()
-	}
-	e.record(kubeevents.Warning, reasonFight, "Repair",
-		fmt.Sprintf("%s is undone again and again by %s; the agent repairs it, rate-limited (its log names the process)", f.Line, by))
+	e.recordGroup(f.Object, kubeevents.Warning, reasonFight, "Repair",
+		fmt.Sprintf("%s is undone again and again (first by %s); the agent repairs it, rate-limited; its log names each program", f.Line, f.By))
 }
 
 // setMode records a change of the encryption mode between on and off (not
@@ -181,6 +178,11 @@ func (e *nodeEvents) pass(p reconcile.Pass, converged bool, mode mtupolicy.Mode,
 		e.removed(mode, gone)
 	}
 	e.hadRule = have
+}
+
+// record records an Event whose note is all of its identity.
+func (e *nodeEvents) record(typ, reason, action, note string) {
+	e.recordGroup(note, typ, reason, action, note)
 }
 
 func (e *nodeEvents) failed(err error, now time.Time) {

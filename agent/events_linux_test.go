@@ -19,8 +19,8 @@ func capture() (*nodeEvents, *[]string) {
 	var got []string
 	e := &nodeEvents{cfg: mtupolicy.DefaultConfig(), hadRule: -1}
 	e.cfg.Table, e.cfg.Priority, e.cfg.Mark, e.cfg.Mask = 900, 900, 0xe00, 0xf00
-	e.record = func(typ, reason, action, note string) {
-		got = append(got, typ+" "+reason+": "+note)
+	e.recordGroup = func(group, typ, reason, action, note string) {
+		got = append(got, typ+" "+reason+" ["+group+"]: "+note)
 	}
 	return e, &got
 }
@@ -44,7 +44,7 @@ func TestNodeEvents(t *testing.T) {
 	step(true, 0, mtupolicy.ModeOn)
 	step(true, 0, mtupolicy.ModeOn)
 	// A fight: one Event at its start, none per repair, none at its end.
-	e.fight(reconcile.Fight{Line: "rule 900: not fwmark 0xe00/0xf00 lookup 900", By: netwatch.Origin{Kind: netwatch.OriginProgram, PID: 42, Comm: "ip"}, Undos: 3})
+	e.fight(reconcile.Fight{Object: "rule 900", Line: "rule 900: not fwmark 0xe00/0xf00 lookup 900", By: netwatch.Origin{Kind: netwatch.OriginProgram, PID: 42, Comm: "ip"}, Undos: 3})
 	for range 100 {
 		step(false, 1, mtupolicy.ModeOn)
 		step(true, 0, mtupolicy.ModeOn)
@@ -63,14 +63,19 @@ func TestNodeEvents(t *testing.T) {
 	step(false, 3, mtupolicy.ModeOn)
 	step(true, 0, mtupolicy.ModeOn)
 
+	const (
+		installed = "split installed: rule 900 (not fwmark 0xe00/0xf00 lookup 900): host traffic to the split destinations takes table 900 at cilium_wg0's MTU"
+		removed   = "split removed: rule 900 and table 900's routes are gone (the node does not encrypt)"
+		tunnel    = "tunnel link cilium_wg0 does not exist while the node encrypts: nothing is split"
+	)
 	want := []string{
-		"Normal SplitInstalled: split installed: rule 900 (not fwmark 0xe00/0xf00 lookup 900): host traffic to the split destinations takes table 900 at cilium_wg0's MTU",
-		"Warning SplitFight: rule 900: not fwmark 0xe00/0xf00 lookup 900 is undone again and again by ip; the agent repairs it, rate-limited (its log names the process)",
-		"Normal EncryptionModeChanged: node encryption: off (was on)",
-		"Normal SplitRemoved: split removed: rule 900 and table 900's routes are gone (the node does not encrypt)",
-		"Normal EncryptionModeChanged: node encryption: on (was off)",
-		"Warning TunnelLinkMissing: tunnel link cilium_wg0 does not exist while the node encrypts: nothing is split",
-		"Normal SplitInstalled: split installed: rule 900 (not fwmark 0xe00/0xf00 lookup 900): host traffic to the split destinations takes table 900 at cilium_wg0's MTU",
+		"Normal SplitInstalled [" + installed + "]: " + installed,
+		"Warning SplitFight [rule 900]: rule 900: not fwmark 0xe00/0xf00 lookup 900 is undone again and again (first by ip[42]); the agent repairs it, rate-limited; its log names each program",
+		"Normal EncryptionModeChanged [node encryption: off (was on)]: node encryption: off (was on)",
+		"Normal SplitRemoved [" + removed + "]: " + removed,
+		"Normal EncryptionModeChanged [node encryption: on (was off)]: node encryption: on (was off)",
+		"Warning TunnelLinkMissing [" + tunnel + "]: " + tunnel,
+		"Normal SplitInstalled [" + installed + "]: " + installed,
 	}
 	if diff := cmp.Diff(want, *got); diff != "" {
 		t.Errorf("Events (-want +got):\n%s", diff)
@@ -116,7 +121,7 @@ func TestNodeEventsPassFailing(t *testing.T) {
 				t.Fatalf("%d Events, want %d: %q", len(*got), tc.want, *got)
 			}
 			for _, g := range *got {
-				if !strings.HasPrefix(g, "Warning PassFailing: reconcile passes keep failing") || !strings.HasSuffix(g, ": add rule: operation not permitted") {
+				if !strings.HasPrefix(g, "Warning PassFailing [reconcile passes keep failing") || !strings.HasSuffix(g, ": add rule: operation not permitted") {
 					t.Errorf("Event %q", g)
 				}
 			}

@@ -117,12 +117,14 @@ type Stats struct {
 }
 
 // key is what makes two records the same Event: the API server keeps these
-// fields of an Event immutable, so a repeat can change only its series.
-type key struct{ typ, reason, action, note string }
+// fields of an Event immutable (and its note), so a repeat can change only
+// its series. group is the note, or what the caller groups by instead.
+type key struct{ typ, reason, action, group string }
 
 // entry is one Event: what the API server has of it and what is pending.
 type entry struct {
 	name        string
+	note        string    // of the first occurrence
 	first, last time.Time // occurrences
 	count       int32
 	written     int32     // the count the API server has; 0: not created
@@ -211,6 +213,14 @@ func New(cfg Config) (*Recorder, error) {
 // and note are one Event, with a series. Record never blocks; an invalid
 // record is dropped.
 func (r *Recorder) Record(typ, reason, action, note string) {
+	r.RecordGroup(cleanNote(note), typ, reason, action, note)
+}
+
+// RecordGroup is Record for occurrences whose notes differ in details that
+// do not make another Event (a PID): records with the same type, reason,
+// action and group are one Event, which keeps the note of the first, as
+// client-go's events broadcaster does.
+func (r *Recorder) RecordGroup(group, typ, reason, action, note string) {
 	if r == nil {
 		return
 	}
@@ -219,7 +229,7 @@ func (r *Recorder) Record(typ, reason, action, note string) {
 		r.log.Error(fmt.Sprintf("kubeevents: invalid Event dropped: type %.20q, reason %.130q, action %.130q", typ, reason, action))
 		return
 	}
-	k := key{typ, reason, action, cleanNote(note)}
+	k := key{typ, reason, action, cut(group, maxNote)}
 	now := r.clock.Now()
 	r.mu.Lock()
 	e := r.entries[k]
@@ -232,7 +242,7 @@ func (r *Recorder) Record(typ, reason, action, note string) {
 		r.dropped.Add(1)
 		return
 	default: // the first, or the first after the series ended
-		r.entries[k] = &entry{name: r.newName(now), first: now, last: now, count: 1, next: now}
+		r.entries[k] = &entry{name: r.newName(now), note: cleanNote(note), first: now, last: now, count: 1, next: now}
 	}
 	r.mu.Unlock()
 	r.recorded.Add(1)
@@ -325,6 +335,7 @@ func (r *Recorder) writeDue(ctx context.Context) time.Duration {
 type write struct {
 	k     key
 	name  string
+	note  string
 	count int32
 	first time.Time
 	last  time.Time
@@ -374,7 +385,7 @@ func (r *Recorder) due(now time.Time) (*write, time.Duration) {
 		return nil, time.Duration((1 - r.tokens) * float64(r.cfg.Refill))
 	}
 	r.tokens--
-	return &write{k: pickKey, name: pick.name, count: pick.count, first: pick.first, last: pick.last, patch: pick.written > 0}, 0
+	return &write{k: pickKey, name: pick.name, note: pick.note, count: pick.count, first: pick.first, last: pick.last, patch: pick.written > 0}, 0
 }
 
 // write sends w and records the outcome.
@@ -510,7 +521,7 @@ func (r *Recorder) event(w *write) *event {
 		Action:              w.k.action,
 		Reason:              w.k.reason,
 		Regarding:           objectRef{Kind: "Node", APIVersion: "v1", Name: r.cfg.NodeName, UID: r.cfg.NodeName},
-		Note:                w.k.note,
+		Note:                w.note,
 		Type:                w.k.typ,
 	}
 	if w.count > 1 {

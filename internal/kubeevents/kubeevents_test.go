@@ -364,6 +364,25 @@ func TestSeries(t *testing.T) {
 	}
 }
 
+// Records of one group are one Event whatever their notes: the first
+// note stays (the API server keeps it immutable), the series counts them.
+func TestGroup(t *testing.T) {
+	h := start(t, "node-1", nil)
+	h.r.RecordGroup("rule 900", Warning, "SplitFight", "Repair", "rule 900 undone by ip[1]")
+	h.created(t, 1)
+	h.r.RecordGroup("rule 900", Warning, "SplitFight", "Repair", "rule 900 undone by ip[2]")
+	h.r.RecordGroup("table 900 10.0.0.0/16", Warning, "SplitFight", "Repair", "table 900 10.0.0.0/16 undone by ip[3]")
+	h.created(t, 2)
+	h.clock.Advance(DefaultMinInterval)
+	h.writesAre(t, 3)
+	w := h.api.writes()
+	first := w[0].body["metadata"].(map[string]any)["name"].(string)
+	if w[0].body["note"] != "rule 900 undone by ip[1]" || w[1].body["note"] != "table 900 10.0.0.0/16 undone by ip[3]" ||
+		w[2].method != "PATCH" || !strings.HasSuffix(w[2].path, "/"+first) || h.api.count(first) != 2 {
+		t.Errorf("writes %+v, want two Events, the first with a series of 2 and its first note", w)
+	}
+}
+
 // 1,000 records of one Event in a minute are a handful of writes, the last
 // with the whole count; 1,000 different Events in a minute are bounded by
 // the token bucket and the pending bound.

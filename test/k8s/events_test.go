@@ -172,7 +172,7 @@ func TestKernelK8sEventsOnNode(t *testing.T) {
 			t.Errorf("Event %+v: want regarding Node %s (uid the name), reported by marksplit.io/agent on %s, with an eventTime", e, name, name)
 		}
 	}
-	if f := byReason(evs, "SplitFight"); len(f) != 1 || f[0].Type != "Warning" || !strings.Contains(f[0].Note, "rule 900: not fwmark 0xe00/0xf00 lookup 900 is undone again and again by ip") {
+	if f := byReason(evs, "SplitFight"); len(f) != 1 || f[0].Type != "Warning" || !strings.Contains(f[0].Note, "rule 900: not fwmark 0xe00/0xf00 lookup 900 is undone again and again (first by ") {
 		t.Errorf("SplitFight Events %+v", f)
 	}
 	if m := byReason(evs, "EncryptionModeChanged"); len(m) != 1 || m[0].Note != "node encryption: off (was on)" {
