@@ -5,8 +5,8 @@
 //
 // Record never blocks and never does I/O: it adds the occurrence to a
 // bounded map under a mutex and wakes Run, which writes to the API server.
-// The first occurrence of an Event (same type, reason, action and note)
-// creates it; repeats within SeriesWindow of the last are counted into its
+// The first occurrence of an Event (same type, reason, action and note, or
+// the group given to RecordGroup) creates it; repeats within SeriesWindow of the last are counted into its
 // series (series.count, series.lastObservedTime) and written with a merge
 // PATCH at most once per MinInterval; a global token bucket bounds all
 // writes. A thousand records a minute are a handful of writes.
