@@ -172,6 +172,8 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	l := newLoop(w, ap, o.policy, false, log, func(line string) { log.Info(line) }, met)
 	met.addPeers(l, srcs.peers)
 	met.addAuth(sec.authz)
+	l.ev = newNodeEvents(o, log)
+	met.addEvents(l.ev)
 
 	metricsAt := "off"
 	if ln != nil {
@@ -194,6 +196,9 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		w.Run(ctx)
 	})
 	srcs.start(ctx, &g, l)
+	if l.ev != nil {
+		g.Go(func() { l.ev.rec.Run(ctx) })
+	}
 	if ln != nil {
 		healthy := func() error {
 			switch {

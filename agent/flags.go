@@ -50,6 +50,7 @@ type options struct {
 	peer                    netip.Addr // verify only
 	version                 bool
 	allowShared             bool // own a table or priority a known program uses
+	noEvents                bool       // --events=false: no Kubernetes Events on the Node
 }
 
 // usageError is a bad command line: the agent prints it in one line and
@@ -201,6 +202,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log `format`: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.BoolVar(&o.allowShared, "allow-shared", false, "own --table or --priority even where Cilium (tables 200-202, 2004, 2005; priorities 1, 8-10, 20, 100, 109-112) or Tailscale (table 52; priorities 5210-5270) keep theirs")
+	fs.Var(offValue{&o.noEvents}, "events", "record Kubernetes Events on the Node with run (a fight, failing passes, mode changes, the split installed or removed); needs the API from a pod and $NODE_NAME, else there are none; false disables")
 	if o.cmd == cmdVerify {
 		fs.Var(addrValue{&o.peer}, "peer", "`address` to ask the kernel about (verify)")
 	}
@@ -302,6 +304,22 @@ func (e enumValue) Set(s string) error {
 		}
 	}
 	return fmt.Errorf("want %s", strings.Join(e.choices, ", "))
+}
+
+// offValue is a boolean flag, default true, that sets *off when false.
+type offValue struct{ off *bool }
+
+func (v offValue) IsBoolFlag() bool { return true }
+
+func (v offValue) String() string { return strconv.FormatBool(v.off == nil || !*v.off) }
+
+func (v offValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("want true or false")
+	}
+	*v.off = !b
+	return nil
 }
 
 type addrValue struct{ a *netip.Addr }

@@ -29,6 +29,9 @@ type loop struct {
 	// passes; only the Reconciler's goroutine uses it.
 	peerIndex mtupolicy.PeerCache
 	met       *metrics
+	// ev records Events on the Node (events_linux.go); nil for none. Set
+	// before the loop and the sources run.
+	ev *nodeEvents
 	// emit receives each change's line: the log in run, stdout in once.
 	emit func(line string)
 	// onPass, when set, is told of every pass (for tests).
@@ -53,7 +56,7 @@ func newLoop(w *netwatch.Watcher, ap *netwatch.Applier, cfg mtupolicy.Config, cl
 		Logger:   log,
 		OnChange: l.change,
 		OnPass:   l.pass,
-		OnFight:  met.fight,
+		OnFight:  l.fight,
 	}
 	return l
 }
@@ -63,10 +66,12 @@ func (l *loop) Mode() mtupolicy.Mode { return mtupolicy.Mode(l.mode.Load()) }
 // setMode records a new encryption mode and, when it changed, asks for a
 // pass.
 func (l *loop) setMode(m mtupolicy.Mode) {
-	if mtupolicy.Mode(l.mode.Swap(int32(m))) == m {
+	prev := mtupolicy.Mode(l.mode.Swap(int32(m)))
+	if prev == m {
 		return
 	}
 	l.met.setMode(m)
+	l.ev.setMode(prev, m)
 	if m == mtupolicy.ModeOff {
 		l.emit("node encryption: no")
 	}
@@ -75,17 +80,25 @@ func (l *loop) setMode(m mtupolicy.Mode) {
 
 // policy is what run, once and plan want. It runs inside the watcher's
 // Read.
-func (l *loop) policy(v netwatch.View) (reconcile.Desired, bool) {
+func (l *loop) policy(v netwatch.View) (d reconcile.Desired, ok bool) {
 	mode := l.Mode()
 	if l.cfg.Peers {
-		return l.peerPolicy(v, mode)
+		d, ok = l.peerPolicy(v, mode)
+	} else {
+		d, ok = mtupolicy.Desired(v, l.cfg, mode)
 	}
-	return mtupolicy.Desired(v, l.cfg, mode)
+	l.ev.policy(v, mode, ok)
+	return d, ok
 }
 
 func (l *loop) cleanup(v netwatch.View) (reconcile.Desired, bool) {
 	d, ok := mtupolicy.Desired(v, l.cfg, mtupolicy.ModeOff)
 	return reconcile.Desired{Own: d.Own}, ok
+}
+
+func (l *loop) fight(f reconcile.Fight) {
+	l.met.fight(f)
+	l.ev.fight(f)
 }
 
 func (l *loop) change(op netwatch.Op, line string) {
@@ -95,6 +108,7 @@ func (l *loop) change(op netwatch.Op, line string) {
 
 func (l *loop) pass(p reconcile.Pass) {
 	l.met.pass(p, l.r.Converged())
+	l.ev.pass(p, l.r.Converged(), l.Mode(), time.Now())
 	if l.onPass != nil {
 		l.onPass(p)
 	}

@@ -46,6 +46,7 @@ func TestMetricsGolden(t *testing.T) {
 	authz, err := kubeauth.New(kubeauth.Config{API: &kubeapi.Client{}}) // with --secure-metrics-addr
 	must(t, err)
 	m.addAuth(authz)
+	m.addEvents(nil)
 	h.start()
 	ctx, cancel := context.WithCancel(context.Background())
 	var g group

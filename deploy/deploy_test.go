@@ -239,6 +239,10 @@ func TestKustomizeBuild(t *testing.T) {
 			got = append(got, id{"ClusterRole", o.Namespace, o.Name})
 		case *rbacv1.ClusterRoleBinding:
 			got = append(got, id{"ClusterRoleBinding", o.Namespace, o.Name})
+		case *rbacv1.Role:
+			got = append(got, id{"Role", o.Namespace, o.Name})
+		case *rbacv1.RoleBinding:
+			got = append(got, id{"RoleBinding", o.Namespace, o.Name})
 		case *appsv1.DaemonSet:
 			got = append(got, id{"DaemonSet", o.Namespace, o.Name})
 			ds = o
@@ -251,6 +255,8 @@ func TestKustomizeBuild(t *testing.T) {
 		{"ClusterRole", "", metricsReader},
 		{"ClusterRoleBinding", "", name},
 		{"DaemonSet", namespace, name},
+		{"Role", eventsNamespace, name},
+		{"RoleBinding", eventsNamespace, name},
 		{"ServiceAccount", namespace, name},
 	}
 	sortIDs := func(a, b id) int { return strings.Compare(a.Kind+"/"+a.Name, b.Kind+"/"+b.Name) }
@@ -276,11 +282,15 @@ func TestKustomizeBuild(t *testing.T) {
 	}
 }
 
+// eventsNamespace holds the agent's Events about its Node, as the kubelet's.
+const eventsNamespace = "default"
+
 func TestRBAC(t *testing.T) {
 	objs := decodeFile(t, "rbac.yaml")
-	if len(objs) != 4 {
-		t.Fatalf("rbac.yaml: %d objects, want ServiceAccount, ClusterRole, ClusterRoleBinding, ClusterRole", len(objs))
+	if len(objs) != 6 {
+		t.Fatalf("rbac.yaml: %d objects, want ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding, ClusterRole", len(objs))
 	}
+	testEventsRole(t, objs[3], objs[4])
 	sa, ok1 := objs[0].(*corev1.ServiceAccount)
 	role, ok2 := objs[1].(*rbacv1.ClusterRole)
 	binding, ok3 := objs[2].(*rbacv1.ClusterRoleBinding)
@@ -334,13 +344,44 @@ func TestRBAC(t *testing.T) {
 
 	// The scraper's role: get on /metrics, the one URL the secure listener
 	// serves, and nothing else.
-	reader, ok := objs[3].(*rbacv1.ClusterRole)
+	reader, ok := objs[5].(*rbacv1.ClusterRole)
 	if !ok || reader.Name != metricsReader {
-		t.Fatalf("rbac.yaml: last object %T %v, want the ClusterRole %s", objs[3], objs[3], metricsReader)
+		t.Fatalf("rbac.yaml: last object %T %v, want the ClusterRole %s", objs[5], objs[5], metricsReader)
 	}
 	wantReader := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}
 	if diff := cmp.Diff(wantReader, reader.Rules); diff != "" {
 		t.Errorf("ClusterRole %s rules (-want +got):\n%s", metricsReader, diff)
+	}
+}
+
+// testEventsRole checks the Role and RoleBinding of the agent's Events:
+// create and patch on events.k8s.io events in default, nothing else, for
+// the agent's ServiceAccount.
+func testEventsRole(t *testing.T, r, b runtime.Object) {
+	t.Helper()
+	role, ok1 := r.(*rbacv1.Role)
+	binding, ok2 := b.(*rbacv1.RoleBinding)
+	if !ok1 || !ok2 {
+		t.Fatalf("rbac.yaml: got %T, %T; want Role, RoleBinding", r, b)
+	}
+	if role.Name != name || role.Namespace != eventsNamespace || binding.Name != name || binding.Namespace != eventsNamespace {
+		t.Errorf("Role %s/%s, RoleBinding %s/%s; want both %s/%s", role.Namespace, role.Name, binding.Namespace, binding.Name, eventsNamespace, name)
+	}
+	wantRules := []rbacv1.PolicyRule{{
+		APIGroups: []string{"events.k8s.io"},
+		Resources: []string{"events"},
+		Verbs:     []string{"create", "patch"},
+	}}
+	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
+		t.Errorf("Role rules (-want +got):\n%s", diff)
+	}
+	wantRef := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name}
+	if diff := cmp.Diff(wantRef, binding.RoleRef); diff != "" {
+		t.Errorf("RoleBinding roleRef (-want +got):\n%s", diff)
+	}
+	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: namespace}}
+	if diff := cmp.Diff(wantSubjects, binding.Subjects); diff != "" {
+		t.Errorf("RoleBinding subjects (-want +got):\n%s", diff)
 	}
 }
 
