@@ -200,9 +200,9 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		}
 		ready := func() error {
 			switch {
-			case srcs.peers != nil && !l.peersKnown():
+			case srcs.peers != nil && !l.peersKnown() && !l.switchedOff():
 				return errors.New("no list of the CiliumNodes yet: nothing is edited before the first (see the log)")
-			case l.peersIncomplete() != "":
+			case l.peersIncomplete() != "" && !l.switchedOff():
 				return errors.New(l.peersIncomplete())
 			case !l.r.Converged():
 				return errors.New("no converged pass yet (encryption mode unknown, or the last pass failed or waits for a rate-limited repair; see the log)")
@@ -315,7 +315,11 @@ func cleanupBesideAgent(ctx context.Context, o options, stderr io.Writer, held *
 		fmt.Fprintf(stderr, "marksplit: note: %v; it has nothing left that cleanup would remove\n", held)
 		return nil
 	}
-	return fmt.Errorf("%w; it would put back at once the %d routes and rules cleanup would remove, so nothing was removed: stop it first (docs/operations.md, \"Uninstall\": kubectl -n kube-system set env daemonset/marksplit MARKSPLIT_ENCRYPTION=off)", held, len(ops))
+	cm := o.uninstallConfigMap
+	if cm == "" {
+		cm = defaultUninstallConfigMap
+	}
+	return fmt.Errorf("%w; it would put back at once the %d routes and rules cleanup would remove, so nothing was removed: switch it off first (docs/operations.md, \"Uninstall\": kubectl -n kube-system create configmap %s) or stop it", held, len(ops), cm)
 }
 
 // plan is what a pass would do now (cleanup's pass, for cleanup); lines

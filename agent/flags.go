@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/marksplit/marksplit/internal/kubewatch"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
@@ -34,6 +35,10 @@ const (
 
 const defaultMetricsAddr = "127.0.0.1:9184"
 
+// defaultUninstallConfigMap is the uninstall switch's name: a ConfigMap
+// that no manifest ships (docs/operations.md, "Uninstall").
+const defaultUninstallConfigMap = "marksplit-uninstall"
+
 // options is a parsed command line.
 type options struct {
 	cmd         string
@@ -45,6 +50,8 @@ type options struct {
 	peer        netip.Addr // verify only
 	version     bool
 	allowShared bool // own a table or priority a known program uses
+	// uninstallConfigMap names the uninstall switch; "" for none.
+	uninstallConfigMap string
 }
 
 // usageError is a bad command line: the agent prints it in one line and
@@ -137,6 +144,11 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 	if o.nodeName != "" && !(len(o.nodeName) <= 253 && nodeNameRE.MatchString(o.nodeName)) {
 		return o, usageErrorf("--node-name %q: not a Kubernetes node name (lowercase letters, digits, '-' and '.', at most 253)", o.nodeName)
 	}
+	if o.uninstallConfigMap != "" {
+		if err := kubewatch.ValidName(o.uninstallConfigMap); err != nil {
+			return o, usageErrorf("--uninstall-configmap: %v (or empty for no switch)", err)
+		}
+	}
 	if o.cmd == cmdVerify && !o.peer.IsValid() {
 		return o, usageErrorf("verify needs --peer ADDR (an address on the split network, e.g. --peer 10.0.0.9)")
 	}
@@ -183,6 +195,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"), "this node's CiliumNode: read with --encryption=auto, not a peer with --peers=auto (default $NODE_NAME)")
 	fs.Var((*reconcile.Protocol)(&p.Protocol), "protocol", "rtm_protocol / FRA_PROTOCOL `value` stamped on what the agent installs: 2 (kernel) or 4 to 255, or an iproute2 name")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "`address` for Prometheus /metrics, /healthz and /readyz with run; empty disables")
+	fs.StringVar(&o.uninstallConfigMap, "uninstall-configmap", defaultUninstallConfigMap, "`name` of the uninstall switch: while a ConfigMap of this name exists in the pod's namespace ($POD_NAMESPACE), run, once and plan behave as --encryption=off; read only in a pod; empty disables")
 	o.logFormat = "text"
 	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log `format`: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
