@@ -237,6 +237,10 @@ func TestKustomizeBuild(t *testing.T) {
 			got = append(got, id{"ClusterRole", o.Namespace, o.Name})
 		case *rbacv1.ClusterRoleBinding:
 			got = append(got, id{"ClusterRoleBinding", o.Namespace, o.Name})
+		case *rbacv1.Role:
+			got = append(got, id{"Role", o.Namespace, o.Name})
+		case *rbacv1.RoleBinding:
+			got = append(got, id{"RoleBinding", o.Namespace, o.Name})
 		case *appsv1.DaemonSet:
 			got = append(got, id{"DaemonSet", o.Namespace, o.Name})
 			ds = o
@@ -248,6 +252,8 @@ func TestKustomizeBuild(t *testing.T) {
 		{"ClusterRole", "", name},
 		{"ClusterRoleBinding", "", name},
 		{"DaemonSet", namespace, name},
+		{"Role", namespace, name},
+		{"RoleBinding", namespace, name},
 		{"ServiceAccount", namespace, name},
 	}
 	sortIDs := func(a, b id) int { return strings.Compare(a.Kind+"/"+a.Name, b.Kind+"/"+b.Name) }
@@ -275,9 +281,10 @@ func TestKustomizeBuild(t *testing.T) {
 
 func TestRBAC(t *testing.T) {
 	objs := decodeFile(t, "rbac.yaml")
-	if len(objs) != 3 {
-		t.Fatalf("rbac.yaml: %d objects, want ServiceAccount, ClusterRole, ClusterRoleBinding", len(objs))
+	if len(objs) != 5 {
+		t.Fatalf("rbac.yaml: %d objects, want ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding", len(objs))
 	}
+	testUninstallRole(t, objs[3], objs[4])
 	sa, ok1 := objs[0].(*corev1.ServiceAccount)
 	role, ok2 := objs[1].(*rbacv1.ClusterRole)
 	binding, ok3 := objs[2].(*rbacv1.ClusterRoleBinding)
@@ -341,6 +348,7 @@ var agentFlags = map[string]bool{
 	"tunnel-link": true, "mark": true, "table": true, "priority": true,
 	"peers": true, "prefix": true, "underlay-link": true, "encryption": true, "node-name": true,
 	"protocol": true, "metrics-addr": true, "log-format": true,
+	"uninstall-configmap": true,
 }
 
 // parseArgs checks the container's args — a subcommand, then --flag=value —
@@ -504,24 +512,16 @@ func TestDaemonSet(t *testing.T) {
 			"table":        {"900"},
 			"priority":     {"900"},
 			"peers":        {"auto"},
-			"encryption":   {"$(MARKSPLIT_ENCRYPTION)"},
+			"encryption":   {"auto"},
 			"metrics-addr": {"127.0.0.1:9184"},
 			"log-format":   {"text"},
+
+			"uninstall-configmap": {uninstallConfigMap},
 		}
 		if diff := cmp.Diff(want, flags); diff != "" {
 			t.Errorf("args (-want +got):\n%s", diff)
 		}
-		// --encryption comes from MARKSPLIT_ENCRYPTION (auto), so that the
-		// uninstall can switch it off with `kubectl set env`.
-		var mode string
-		for _, e := range c.Env {
-			if e.Name == "MARKSPLIT_ENCRYPTION" {
-				mode = e.Value
-			}
-		}
-		if mode != "auto" {
-			t.Errorf("MARKSPLIT_ENCRYPTION = %q, want auto", mode)
-		}
+		testUninstallEnv(t, c.Env)
 	})
 
 	t.Run("probes", func(t *testing.T) {
@@ -734,7 +734,8 @@ func TestOperationsDoc(t *testing.T) {
 		"kubectl apply -k deploy/",
 		"kubectl -n kube-system rollout status daemonset/" + ds.Name,
 		appLabel + "=" + ds.Spec.Selector.MatchLabels[appLabel],
-		"set env daemonset/" + ds.Name + " MARKSPLIT_ENCRYPTION=off",
+		"kubectl -n kube-system create configmap " + uninstallConfigMap,
+		"kubectl -n kube-system delete configmap " + uninstallConfigMap,
 		"marksplit cleanup",
 		"marksplit verify --peer",
 		"not from all fwmark 0xe00/0xf00 lookup 900",
