@@ -153,6 +153,10 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 		return o, usageErrorf("verify needs --peer ADDR (an address on the split network, e.g. --peer 10.0.0.9)")
 	}
 	if o.readsPeers() && o.nodeName == "" {
+		if getenv("KUBERNETES_SERVICE_HOST") == "" {
+			// Outside a pod both are missing: say both in the one line.
+			return o, usageErrorf("--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers, and the in-cluster API: not in a pod (no $KUBERNETES_SERVICE_HOST); run it in the agent's pod, or give --node-name, $KUBERNETES_SERVICE_HOST, $KUBERNETES_SERVICE_PORT and the token and CA in $MARKSPLIT_SERVICEACCOUNT_DIR (or use --prefix or --underlay-link)")
+		}
 		return o, usageErrorf("--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers")
 	}
 	if o.usesMode() && o.encryption == encAuto && o.nodeName == "" {

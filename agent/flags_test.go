@@ -115,6 +115,7 @@ func TestParseArgs(t *testing.T) {
 // is wrong, and nothing on stdout.
 func TestBadFlagsExit2(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // outside a pod
 	tests := []struct {
 		args []string
 		want string // in the one line
@@ -126,7 +127,7 @@ func TestBadFlagsExit2(t *testing.T) {
 		{[]string{"--peers=auto", "--prefix=10.0.0.0/16", "--node-name=n1"}, "--peers=auto chooses what to split by itself: give it without --prefix and --underlay-link"},
 		{[]string{"once", "--peers=auto", "--underlay-link=enp7s0", "--encryption=on"}, "give it without --prefix and --underlay-link"},
 		{[]string{"--peers=auto", "--encryption=on"}, "--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers"},
-		{[]string{"verify", "--peers=auto", "--peer=10.0.0.9"}, "--peers=auto needs --node-name or $NODE_NAME"},
+		{[]string{"verify", "--peers=auto", "--peer=10.0.0.9"}, "--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers, and the in-cluster API: not in a pod (no $KUBERNETES_SERVICE_HOST)"},
 		{[]string{"--prefix=10.0.0.0/16", "--table=0", "--encryption=on"}, "table 0 is reserved"},
 		{[]string{"--prefix=10.0.0.0/16", "--table=253", "--encryption=on"}, "table 253 is reserved"},
 		{[]string{"--prefix=10.0.0.0/16", "--table=254", "--encryption=on"}, "table 254 is reserved"},
