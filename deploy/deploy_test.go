@@ -489,7 +489,7 @@ func TestDaemonSet(t *testing.T) {
 		want := &corev1.EnvVar{
 			Name: "NODE_NAME",
 			ValueFrom: &corev1.EnvVarSource{
-				FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"},
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"},
 			},
 		}
 		if diff := cmp.Diff(want, nodeName); diff != "" {

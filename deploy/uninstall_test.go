@@ -64,7 +64,7 @@ func testUninstallEnv(t *testing.T, env []corev1.EnvVar) {
 	}
 	want := &corev1.EnvVar{
 		Name:      "POD_NAMESPACE",
-		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}},
+		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}},
 	}
 	if diff := cmp.Diff(want, ns); diff != "" {
 		t.Errorf("POD_NAMESPACE (-want +got):\n%s", diff)
