@@ -167,6 +167,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	met := newMetrics(w, o.policy, srcs.requests, snmpPath)
 	l := newLoop(w, ap, o.policy, false, log, func(line string) { log.Info(line) }, met)
 	met.addPeers(l, srcs.peers)
+	met.addUninstall(l, srcs.uninstall)
 
 	metricsAt := "off"
 	if ln != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/marksplit/marksplit/internal/kubeapi"
 	"github.com/marksplit/marksplit/internal/kubewatch"
 	"github.com/marksplit/marksplit/mtupolicy"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The uninstall switch is a ConfigMap (--uninstall-configmap, in the pod's
@@ -140,4 +141,29 @@ func (u *uninstallSwitch) run(ctx context.Context, l *loop, reported func()) {
 		}
 		reported()
 	})
+}
+
+var descUninstallSwitch = prometheus.NewDesc("marksplit_uninstall_switch",
+	"1 while the uninstall switch (--uninstall-configmap) exists: the split is removed and stays off; 0 while it does not, or could not be read yet. Absent without a switch (flag empty, off Kubernetes, --encryption=off) and before the first read.", nil, nil)
+
+// uninstallCollector reads the loop's switch state at scrape time.
+type uninstallCollector struct{ l *loop }
+
+// addUninstall registers the switch's metric when u is not nil.
+func (m *metrics) addUninstall(l *loop, u *uninstallSwitch) {
+	if m == nil || u == nil {
+		return
+	}
+	m.reg.MustRegister(&uninstallCollector{l: l})
+}
+
+func (c *uninstallCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descUninstallSwitch }
+
+func (c *uninstallCollector) Collect(ch chan<- prometheus.Metric) {
+	switch c.l.switchState() {
+	case switchPresent:
+		ch <- prometheus.MustNewConstMetric(descUninstallSwitch, prometheus.GaugeValue, 1)
+	case switchAbsent:
+		ch <- prometheus.MustNewConstMetric(descUninstallSwitch, prometheus.GaugeValue, 0)
+	}
 }

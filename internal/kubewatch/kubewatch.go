@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -124,8 +125,18 @@ func New(cfg Config) (*Watcher, error) {
 	return &Watcher{
 		cfg:     cfg,
 		listURL: cfg.Collection + "?fieldSelector=" + url.QueryEscape("metadata.name="+cfg.Name),
-		what:    cfg.Kind + " " + cfg.Collection + "/" + cfg.Name,
+		what:    cfg.Kind + " " + objectName(cfg.Collection, cfg.Name),
 	}, nil
+}
+
+// objectName is namespace/name for a collection in a namespace
+// (…/namespaces/NS/RESOURCE), else name.
+func objectName(collection, name string) string {
+	parts := strings.Split(collection, "/")
+	if n := len(parts); n >= 3 && parts[n-3] == "namespaces" {
+		return parts[n-2] + "/" + name
+	}
+	return name
 }
 
 // ValidName checks that name is a DNS subdomain (RFC 1123), as the names of ConfigMaps
@@ -201,9 +212,11 @@ func (w *Watcher) run(ctx context.Context, report func(State)) {
 				kept := "keeping it " + state.String()
 				if !reported {
 					kept = "not known yet"
-					set(Unknown)
 				}
 				log.Warn(err.Error()+"; "+kept, "retry_in_s", d.Seconds())
+				if !reported {
+					set(Unknown) // after the warning, which says why
+				}
 				if !sleep(ctx, d) {
 					return
 				}

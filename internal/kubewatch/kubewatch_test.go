@@ -315,8 +315,13 @@ func TestFirstListFailsThenPresent(t *testing.T) {
 	if got := r.next(t); got != Unknown {
 		t.Fatalf("first state %v, want unknown", got)
 	}
+	// Unknown is reported after the warning that says why, for the user's own line to
+	// point at it.
+	if !strings.Contains(r.log.String(), "is forbidden; not known yet") {
+		t.Errorf("Unknown reported before the warning:\n%s", r.log)
+	}
 	waitFor(t, "three failed lists", func() bool { return f.count("list") >= 3 })
-	if got := strings.Count(r.log.String(), "is forbidden"); got < 3 {
+	if got := strings.Count(r.log.String(), `kubewatch: list ConfigMap kube-system/marksplit-uninstall: 403 Forbidden: configmaps "marksplit-uninstall" is forbidden`); got < 3 {
 		t.Errorf("%d warnings naming the 403, want one per failed list:\n%s", got, r.log)
 	}
 	select {

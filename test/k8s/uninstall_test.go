@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,19 +66,10 @@ func loadDaemonSet(t *testing.T, c *cluster) deployed {
 		t.Fatalf("deploy/daemonset.yaml: %v", err)
 	}
 	d := deployed{obj: objs[0], args: ds.Spec.Template.Spec.Containers[0].Args}
-	if len(d.args) == 0 || d.args[0] != "run" || !slicesContains(d.args, "--uninstall-configmap="+switchName) {
+	if len(d.args) == 0 || d.args[0] != "run" || !slices.Contains(d.args, "--uninstall-configmap="+switchName) {
 		t.Fatalf("deploy/daemonset.yaml args %q: want run … --uninstall-configmap=%s", d.args, switchName)
 	}
 	return d
-}
-
-func slicesContains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // policyArgs are the deployed args the uninstall's cleanup passes, as the
@@ -192,9 +184,19 @@ type deployedAgent struct {
 	*agent
 	n        *node
 	finished bool
+	// denied is set when the test takes its read access away on purpose:
+	// stopNow then checks only how it exits.
+	denied bool
 }
 
 func (c *cluster) startDeployed(t *testing.T, n *node, name string, d deployed) *deployedAgent {
+	t.Helper()
+	return c.startWith(t, n, name, d.args, false)
+}
+
+// startWith runs the agent with args (the command first) as startDeployed
+// does; denied says that the test takes its read access away.
+func (c *cluster) startWith(t *testing.T, n *node, name string, args []string, denied bool) *deployedAgent {
 	t.Helper()
 	bin := needAgent(t)
 	ctx := ctxFor(t, 30*time.Second)
@@ -224,11 +226,11 @@ func (c *cluster) startDeployed(t *testing.T, n *node, name string, d deployed) 
 		"MARKSPLIT_SERVICEACCOUNT_DIR=" + sa.dir,
 	}
 	p, err := startProc("marksplit", filepath.Join(dir, "agent.log"), env,
-		"ip", append([]string{"netns", "exec", n.ns, bin}, d.args...)...)
+		"ip", append([]string{"netns", "exec", n.ns, bin}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &deployedAgent{agent: &agent{proc: p, c: c, name: name, sa: sa, token: token, auditFrom: len(before)}, n: n}
+	a := &deployedAgent{agent: &agent{proc: p, c: c, name: name, sa: sa, token: token, auditFrom: len(before)}, n: n, denied: denied}
 	t.Cleanup(func() { a.stopNow(t) })
 	return a
 }
@@ -236,7 +238,18 @@ func (c *cluster) startDeployed(t *testing.T, n *node, name string, d deployed) 
 // stopNow stops the agent (a pod deleted) and checks how it ended; once.
 func (a *deployedAgent) stopNow(t *testing.T) {
 	t.Helper()
-	if !a.finished {
+	switch {
+	case a.finished:
+	case a.denied:
+		a.finished = true
+		early, clean := a.exited(), a.stop(5*time.Second)
+		if t.Failed() || testing.Verbose() {
+			t.Logf("agent output:\n%s", a.output())
+		}
+		if early || !clean || a.err != nil {
+			t.Errorf("the agent: exited early %v, within 5 s of SIGTERM %v, with %v; want no, yes, exit 0", early, clean, a.err)
+		}
+	default:
 		a.finished = true
 		a.finish(t)
 	}
@@ -274,6 +287,15 @@ func (a *deployedAgent) metric(name string) (string, error) {
 		return "", fmt.Errorf("/metrics has no %s", name)
 	}
 	return m[1], nil
+}
+
+// metricIs is nil once the metric has the value want.
+func (a *deployedAgent) metricIs(name, want string) error {
+	v, err := a.metric(name)
+	if err == nil && v != want {
+		err = fmt.Errorf("%s %s, want %s", name, v, want)
+	}
+	return err
 }
 
 // installs returns the lines where the agent installed or changed something
@@ -436,7 +458,9 @@ func TestKernelK8sUninstallSwitch(t *testing.T) {
 	if err := c.admin.createSwitch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	took := eventually(t, watchDeadline, "switched off: no split, still ready", a.off)
+	took := eventually(t, watchDeadline, "switched off: no split, still ready", func() error {
+		return firstErr(a.off(), a.metricIs("marksplit_uninstall_switch", "1"))
+	})
 	t.Logf("switched off %s after the ConfigMap was created", took.Round(time.Millisecond))
 
 	// Restarted with the switch present: ready (a converged pass, the switch
@@ -452,9 +476,46 @@ func TestKernelK8sUninstallSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	took = eventually(t, watchDeadline, "back on after the ConfigMap is deleted", func() error {
-		return firstErr(b.on(), b.logged(backLine))
+		return firstErr(b.on(), b.logged(backLine), b.metricIs("marksplit_uninstall_switch", "0"))
 	})
 	t.Logf("back on %s after the ConfigMap was deleted", took.Round(time.Millisecond))
+}
+
+// An agent that cannot read the switch at start (its RoleBinding is gone:
+// 403) carries on as before and says so; once it can, the switch holds.
+func TestKernelK8sUninstallSwitchUnreadable(t *testing.T) {
+	c := need(t)
+	ctx := ctxFor(t, 5*time.Minute)
+	t.Cleanup(func() { c.restoreManifests(t) })
+	var binding object
+	for _, o := range c.rbac {
+		if o.Kind == "RoleBinding" {
+			binding = o
+		}
+	}
+	if binding.Kind == "" {
+		t.Fatal("deploy/rbac.yaml has no RoleBinding")
+	}
+	if err := c.admin.delete(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.admin.createSwitch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := c.newNode(t)
+	a := c.startWith(t, n, c.nodeName(), []string{"run", "--prefix=10.0.0.0/16", "--encryption=on",
+		"--uninstall-configmap=" + switchName, "--metrics-addr=127.0.0.1:9184"}, true)
+	eventually(t, appearDeadline, "the split, as before, with the switch unreadable", func() error {
+		return firstErr(a.on(), a.logged("uninstall switch "+switchNS+"/"+switchName+" not readable"),
+			a.metricIs("marksplit_uninstall_switch", "0"))
+	})
+	if err := c.admin.create(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	took := eventually(t, reconnectDeadline, "switched off once the switch is readable", func() error {
+		return firstErr(a.off(), a.metricIs("marksplit_uninstall_switch", "1"))
+	})
+	t.Logf("switched off %s after the RoleBinding came back (the retry's back-off)", took.Round(time.Millisecond))
 }
 
 // The documented uninstall, step by step, on two nodes: create the switch;
