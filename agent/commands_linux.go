@@ -300,8 +300,8 @@ func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog
 // cleanupBesideAgent is cleanup when a running agent holds the table or
 // the priority: it never removes anything there, as the agent would put it
 // back at once (and take the cleanup for a fight). It changes nothing and
-// succeeds when the agent has already removed everything (it runs with
-// --encryption=off, as the uninstall has it), and is refused otherwise.
+// succeeds when the agent has already removed everything (the uninstall
+// switch is on, or it runs with --encryption=off), and is refused otherwise.
 func cleanupBesideAgent(ctx context.Context, o options, stderr io.Writer, held *heldError, log *slog.Logger) error {
 	s, err := startOneShot(ctx, o, nil, func(string) {}, log)
 	if err != nil {
