@@ -88,8 +88,8 @@ type Watcher struct {
 
 // New checks cfg and fills in its defaults.
 func New(cfg Config) (*Watcher, error) {
-	if cfg.Client.HTTP == nil {
-		return nil, errors.New("kubewatch: no HTTP client")
+	if cfg.Client.HTTP == nil || cfg.Client.TokenFile == "" {
+		return nil, errors.New("kubewatch: no HTTP client or no token file")
 	}
 	if _, err := kubeapi.ParseServer(cfg.Client.Server); err != nil {
 		return nil, fmt.Errorf("kubewatch: %w", err)

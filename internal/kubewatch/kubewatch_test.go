@@ -502,7 +502,7 @@ func TestEndlessEvent(t *testing.T) {
 
 func TestNewRefuses(t *testing.T) {
 	good := Config{
-		Client:     kubeapi.Client{Server: "https://127.0.0.1:6443", HTTP: http.DefaultClient},
+		Client:     kubeapi.Client{Server: "https://127.0.0.1:6443", TokenFile: "/token", HTTP: http.DefaultClient},
 		APIVersion: "v1", Kind: "ConfigMap", Collection: testCollection, Name: testName,
 	}
 	if _, err := New(good); err != nil {
@@ -515,6 +515,7 @@ func TestNewRefuses(t *testing.T) {
 	}{
 		{"http server", func(c *Config) { c.Client.Server = "http://127.0.0.1:6443" }, "want https://host:port"},
 		{"no client", func(c *Config) { c.Client.HTTP = nil }, "no HTTP client"},
+		{"no token file", func(c *Config) { c.Client.TokenFile = "" }, "no token file"},
 		{"bad name", func(c *Config) { c.Name = "Marksplit_Uninstall" }, "not a DNS subdomain"},
 		{"empty name", func(c *Config) { c.Name = "" }, "want 1 to 253"},
 		{"name with a dot at the end", func(c *Config) { c.Name = "a." }, "not a DNS subdomain"},
