@@ -174,6 +174,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	met.addAuth(sec.authz)
 	l.ev = newNodeEvents(o, log)
 	met.addEvents(l.ev)
+	met.addUninstall(l, srcs.uninstall)
 
 	metricsAt := "off"
 	if ln != nil {
@@ -211,9 +212,9 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		}
 		ready := func() error {
 			switch {
-			case srcs.peers != nil && !l.peersKnown():
+			case srcs.peers != nil && !l.peersKnown() && !l.switchedOff():
 				return errors.New("no list of the CiliumNodes yet: nothing is edited before the first (see the log)")
-			case l.peersIncomplete() != "":
+			case l.peersIncomplete() != "" && !l.switchedOff():
 				return errors.New(l.peersIncomplete())
 			case !l.r.Converged():
 				return errors.New("no converged pass yet (encryption mode unknown, or the last pass failed or waits for a rate-limited repair; see the log)")
@@ -313,8 +314,8 @@ func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog
 // cleanupBesideAgent is cleanup when a running agent holds the table or
 // the priority: it never removes anything there, as the agent would put it
 // back at once (and take the cleanup for a fight). It changes nothing and
-// succeeds when the agent has already removed everything (it runs with
-// --encryption=off, as the uninstall has it), and is refused otherwise.
+// succeeds when the agent has already removed everything (the uninstall
+// switch is on, or it runs with --encryption=off), and is refused otherwise.
 func cleanupBesideAgent(ctx context.Context, o options, stderr io.Writer, held *heldError, log *slog.Logger) error {
 	s, err := startOneShot(ctx, o, nil, func(string) {}, log)
 	if err != nil {
@@ -329,7 +330,11 @@ func cleanupBesideAgent(ctx context.Context, o options, stderr io.Writer, held *
 		fmt.Fprintf(stderr, "marksplit: note: %v; it has nothing left that cleanup would remove\n", held)
 		return nil
 	}
-	return fmt.Errorf("%w; it would put back at once the %d routes and rules cleanup would remove, so nothing was removed: stop it first (docs/operations.md, \"Uninstall\": kubectl -n kube-system set env daemonset/marksplit MARKSPLIT_ENCRYPTION=off)", held, len(ops))
+	cm := o.uninstallConfigMap
+	if cm == "" {
+		cm = defaultUninstallConfigMap
+	}
+	return fmt.Errorf("%w; it would put back at once the %d routes and rules cleanup would remove, so nothing was removed: switch it off first (docs/operations.md, \"Uninstall\": kubectl -n kube-system create configmap %s) or stop it", held, len(ops), cm)
 }
 
 // plan is what a pass would do now (cleanup's pass, for cleanup); lines

@@ -36,7 +36,7 @@ func TestKernelOneAgentPerTable(t *testing.T) {
 	before := len(a.messages(t))
 	stdout, stderr, code := s.command(t, "cleanup", "--prefix=10.0.0.0/16")
 	if code != 1 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, holder) ||
-		!strings.Contains(stderr, "would put back at once") || !strings.Contains(stderr, "docs/operations.md") || !strings.Contains(stderr, "MARKSPLIT_ENCRYPTION=off") {
+		!strings.Contains(stderr, "would put back at once") || !strings.Contains(stderr, "docs/operations.md") || !strings.Contains(stderr, "kubectl -n kube-system create configmap marksplit-uninstall") {
 		t.Errorf("cleanup beside a running agent: exit %d, stdout %q, stderr %q; want exit 1 and one line naming the holder, saying it would put it back and how to stop it", code, stdout, stderr)
 	}
 	if err := s.splitAt(t, 1355); err != nil {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/marksplit/marksplit/internal/kubewatch"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
@@ -34,6 +35,10 @@ const (
 
 const defaultMetricsAddr = "127.0.0.1:9184"
 
+// defaultUninstallConfigMap is the uninstall switch's name: a ConfigMap
+// that no manifest ships (docs/operations.md, "Uninstall").
+const defaultUninstallConfigMap = "marksplit-uninstall"
+
 // options is a parsed command line.
 type options struct {
 	cmd         string
@@ -51,6 +56,8 @@ type options struct {
 	version                 bool
 	allowShared             bool // own a table or priority a known program uses
 	noEvents                bool       // --events=false: no Kubernetes Events on the Node
+	// uninstallConfigMap names the uninstall switch; "" for none.
+	uninstallConfigMap string
 }
 
 // usageError is a bad command line: the agent prints it in one line and
@@ -149,10 +156,19 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 	if o.nodeName != "" && !(len(o.nodeName) <= 253 && nodeNameRE.MatchString(o.nodeName)) {
 		return o, usageErrorf("--node-name %q: not a Kubernetes node name (lowercase letters, digits, '-' and '.', at most 253)", o.nodeName)
 	}
+	if o.uninstallConfigMap != "" {
+		if err := kubewatch.ValidName(o.uninstallConfigMap); err != nil {
+			return o, usageErrorf("--uninstall-configmap: %v (or empty for no switch)", err)
+		}
+	}
 	if o.cmd == cmdVerify && !o.peer.IsValid() {
 		return o, usageErrorf("verify needs --peer ADDR (an address on the split network, e.g. --peer 10.0.0.9)")
 	}
 	if o.readsPeers() && o.nodeName == "" {
+		if getenv("KUBERNETES_SERVICE_HOST") == "" {
+			// Outside a pod both are missing: say both in the one line.
+			return o, usageErrorf("--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers, and the in-cluster API: not in a pod (no $KUBERNETES_SERVICE_HOST); run it in the agent's pod, or give --node-name, $KUBERNETES_SERVICE_HOST, $KUBERNETES_SERVICE_PORT and the token and CA in $MARKSPLIT_SERVICEACCOUNT_DIR (or use --prefix or --underlay-link)")
+		}
 		return o, usageErrorf("--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers")
 	}
 	if o.usesMode() && o.encryption == encAuto && o.nodeName == "" {
@@ -198,6 +214,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.secureMetricsAddr, "secure-metrics-addr", "", "`address` (such as :9185) for /metrics over HTTPS with run, to the bearer tokens the Kubernetes API server allows get on /metrics; empty disables")
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "PEM certificate `file` for --secure-metrics-addr, read again when it changes (default: a self-signed one made at start)")
 	fs.StringVar(&o.tlsKeyFile, "tls-key-file", "", "PEM private key `file` of --tls-cert-file")
+	fs.StringVar(&o.uninstallConfigMap, "uninstall-configmap", defaultUninstallConfigMap, "`name` of the uninstall switch: while a ConfigMap of this name exists in the pod's namespace ($POD_NAMESPACE), run, once and plan behave as --encryption=off; read only in a pod; empty disables")
 	o.logFormat = "text"
 	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log `format`: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")

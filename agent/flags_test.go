@@ -32,18 +32,23 @@ func TestParseArgs(t *testing.T) {
 			args: []string{"--prefix=10.0.0.0/16"},
 			env:  map[string]string{"NODE_NAME": "worker-1"},
 			want: options{cmd: cmdRun, policy: withPrefix, encryption: encAuto, nodeName: "worker-1",
-				metricsAddr: "127.0.0.1:9184", logFormat: "text"},
+				metricsAddr: "127.0.0.1:9184", logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap},
 		},
 		{
 			name: "every flag",
 			args: []string{"once", "--tunnel-link", "wg1", "--mark", "0x1e00/0x1f00", "--table=1000",
 				"--priority", "1001", "--prefix", "10.0.0.0/16", "--prefix=fd00::/8", "--underlay-link", "eth0",
-				"--encryption=on", "--node-name", "n1", "--protocol", "static", "--metrics-addr=", "--log-format=json"},
+				"--encryption=on", "--node-name", "n1", "--protocol", "static", "--metrics-addr=", "--log-format=json", "--uninstall-configmap=off.switch"},
 			want: options{cmd: cmdOnce, policy: mtupolicy.Config{
 				TunnelLink: "wg1", Mark: 0x1e00, Mask: 0x1f00, Table: 1000, Priority: 1001,
 				Protocol: netwatch.ProtoStatic, UnderlayLink: "eth0", Repair: true,
 				Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("fd00::/8")},
-			}, encryption: encOn, nodeName: "n1", logFormat: "json"},
+			}, encryption: encOn, nodeName: "n1", logFormat: "json", uninstallConfigMap: "off.switch"},
+		},
+		{
+			name: "another uninstall switch, or none",
+			args: []string{"--prefix=10.0.0.0/16", "--uninstall-configmap=", "--encryption=on"},
+			want: options{cmd: cmdRun, policy: withPrefix, encryption: encOn, metricsAddr: defaultMetricsAddr, logFormat: "text"},
 		},
 		{
 			name: "every bit of a mark, said so; a numeric protocol",
@@ -51,7 +56,7 @@ func TestParseArgs(t *testing.T) {
 			want: func() options {
 				p := def
 				p.UnderlayLink, p.Mark, p.Mask, p.Protocol = "enp7s0", 7, 0xffffffff, 200
-				return options{cmd: cmdPlan, policy: p, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text"}
+				return options{cmd: cmdPlan, policy: p, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap}
 			}(),
 		},
 		{
@@ -60,36 +65,36 @@ func TestParseArgs(t *testing.T) {
 			want: func() options {
 				p := def
 				p.UnderlayLink, p.Table, p.Priority = "enp7s0", 2004, 100
-				return options{cmd: cmdPlan, policy: p, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text", allowShared: true}
+				return options{cmd: cmdPlan, policy: p, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text", allowShared: true, uninstallConfigMap: defaultUninstallConfigMap}
 			}(),
 		},
 		{
 			name: "verify and cleanup need no node name in auto mode",
 			args: []string{"verify", "--peer", "10.0.0.9", "--prefix=10.0.0.0/16"},
 			want: options{cmd: cmdVerify, policy: withPrefix, encryption: encAuto, metricsAddr: defaultMetricsAddr,
-				logFormat: "text", peer: netip.MustParseAddr("10.0.0.9")},
+				logFormat: "text", peer: netip.MustParseAddr("10.0.0.9"), uninstallConfigMap: defaultUninstallConfigMap},
 		},
 		{
 			name: "peers",
 			args: []string{"--peers=auto"},
 			env:  map[string]string{"NODE_NAME": "worker-1"},
 			want: options{cmd: cmdRun, policy: withPeers, encryption: encAuto, nodeName: "worker-1",
-				metricsAddr: "127.0.0.1:9184", logFormat: "text"},
+				metricsAddr: "127.0.0.1:9184", logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap},
 		},
 		{
 			name: "peers with the mode off read no API, so need no node name",
 			args: []string{"once", "--peers=auto", "--encryption=off"},
-			want: options{cmd: cmdOnce, policy: withPeers, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text"},
+			want: options{cmd: cmdOnce, policy: withPeers, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap},
 		},
 		{
 			name: "cleanup with peers needs no node name",
 			args: []string{"cleanup", "--peers", "auto"},
-			want: options{cmd: cmdCleanup, policy: withPeers, encryption: encAuto, metricsAddr: defaultMetricsAddr, logFormat: "text"},
+			want: options{cmd: cmdCleanup, policy: withPeers, encryption: encAuto, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap},
 		},
 		{
 			name: "cleanup",
 			args: []string{"cleanup", "--prefix=10.0.0.0/16"},
-			want: options{cmd: cmdCleanup, policy: withPrefix, encryption: encAuto, metricsAddr: defaultMetricsAddr, logFormat: "text"},
+			want: options{cmd: cmdCleanup, policy: withPrefix, encryption: encAuto, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap},
 		},
 	}
 	for _, tt := range tests {
@@ -110,6 +115,7 @@ func TestParseArgs(t *testing.T) {
 // is wrong, and nothing on stdout.
 func TestBadFlagsExit2(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // outside a pod
 	tests := []struct {
 		args []string
 		want string // in the one line
@@ -121,7 +127,7 @@ func TestBadFlagsExit2(t *testing.T) {
 		{[]string{"--peers=auto", "--prefix=10.0.0.0/16", "--node-name=n1"}, "--peers=auto chooses what to split by itself: give it without --prefix and --underlay-link"},
 		{[]string{"once", "--peers=auto", "--underlay-link=enp7s0", "--encryption=on"}, "give it without --prefix and --underlay-link"},
 		{[]string{"--peers=auto", "--encryption=on"}, "--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers"},
-		{[]string{"verify", "--peers=auto", "--peer=10.0.0.9"}, "--peers=auto needs --node-name or $NODE_NAME"},
+		{[]string{"verify", "--peers=auto", "--peer=10.0.0.9"}, "--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers, and the in-cluster API: not in a pod (no $KUBERNETES_SERVICE_HOST)"},
 		{[]string{"--prefix=10.0.0.0/16", "--table=0", "--encryption=on"}, "table 0 is reserved"},
 		{[]string{"--prefix=10.0.0.0/16", "--table=253", "--encryption=on"}, "table 253 is reserved"},
 		{[]string{"--prefix=10.0.0.0/16", "--table=254", "--encryption=on"}, "table 254 is reserved"},
@@ -165,6 +171,7 @@ func TestBadFlagsExit2(t *testing.T) {
 		{[]string{"once", "--prefix=10.0.0.0/16", "--peer=10.0.0.9"}, "flag provided but not defined: -peer"},
 		{[]string{"run", "--prefix=10.0.0.0/16"}, "--encryption=auto needs --node-name or $NODE_NAME"},
 		{[]string{"--underlay-link=cilium_wg0", "--encryption=on"}, `underlay link "cilium_wg0" is the tunnel link`},
+		{[]string{"--prefix=10.0.0.0/16", "--encryption=on", "--uninstall-configmap=Off_Switch"}, `--uninstall-configmap: invalid name "Off_Switch": not a DNS subdomain`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -190,9 +190,10 @@ func TestKernelLockRace(t *testing.T) {
 	}
 }
 
-// cleanup beside an agent that has already removed everything (it runs
-// with --encryption=off, as the uninstall has it) changes nothing and
-// succeeds, with a note naming the agent.
+// cleanup beside an agent that has already removed everything (here it
+// runs with --encryption=off; test/k8s does it beside one switched off by
+// the uninstall ConfigMap) changes nothing and succeeds, with a note
+// naming the agent.
 func TestKernelCleanupBesideAgentOff(t *testing.T) {
 	s := newSeed(t, true)
 	a := s.start(t, "--prefix=10.0.0.0/16", "--encryption=off", "--metrics-addr=")

@@ -25,6 +25,8 @@ type loop struct {
 	// peers is the peer set with --peers=auto; nil until the first list
 	// of the CiliumNodes (peers_linux.go).
 	peers atomic.Pointer[peerSet]
+	// uninstall is the uninstall switch's switchState (uninstall_linux.go).
+	uninstall atomic.Int32
 	// peerIndex keeps the peer policy's index of the main table between
 	// passes; only the Reconciler's goroutine uses it.
 	peerIndex mtupolicy.PeerCache
@@ -81,7 +83,10 @@ func (l *loop) setMode(m mtupolicy.Mode) {
 // policy is what run, once and plan want. It runs inside the watcher's
 // Read.
 func (l *loop) policy(v netwatch.View) (d reconcile.Desired, ok bool) {
-	mode := l.Mode()
+	mode, known := l.effectiveMode()
+	if !known {
+		return reconcile.Desired{}, false
+	}
 	if l.cfg.Peers {
 		d, ok = l.peerPolicy(v, mode)
 	} else {

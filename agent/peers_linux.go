@@ -175,6 +175,8 @@ func (p *peerSource) run(ctx context.Context, l *loop, reported func()) {
 type sources struct {
 	mode  *modeSource // nil when the command needs no mode, or the peer list gives it
 	peers *peerSource // nil unless o.readsPeers()
+	// uninstall is the uninstall switch; nil without one.
+	uninstall *uninstallSwitch
 }
 
 func newSources(o options, log *slog.Logger) (*sources, error) {
@@ -191,6 +193,10 @@ func newSources(o options, log *slog.Logger) (*sources, error) {
 			return nil, err
 		}
 	}
+	var err error
+	if s.uninstall, err = newUninstallSwitch(o, log); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -202,10 +208,18 @@ func (s *sources) start(ctx context.Context, g *group, l *loop) <-chan struct{} 
 	var once sync.Once
 	needMode := s.mode != nil || s.peers != nil && s.peers.deriveMode
 	check := func() {
-		if needMode && l.Mode() == mtupolicy.ModeUnknown || s.peers != nil && !l.peersKnown() {
+		switch sw := l.switchState(); {
+		case sw == switchWaiting:
+			return
+		case sw == switchPresent: // off: neither the mode nor the peers matter
+		case needMode && l.Mode() == mtupolicy.ModeUnknown || s.peers != nil && !l.peersKnown():
 			return
 		}
 		once.Do(func() { close(known) })
+	}
+	if s.uninstall != nil {
+		l.uninstall.Store(int32(switchWaiting))
+		g.Go(func() { s.uninstall.run(ctx, l, check) })
 	}
 	check()
 	if s.mode != nil {
@@ -225,6 +239,8 @@ func (s *sources) start(ctx context.Context, g *group, l *loop) <-chan struct{} 
 // waiting says what start's channel waits for, for an error message.
 func (s *sources) waiting() string {
 	switch {
+	case s.uninstall != nil:
+		return "the uninstall switch not read, or no encryption mode or list of the CiliumNodes"
 	case s.peers != nil && s.peers.deriveMode:
 		return "no list of the CiliumNodes with this node in it"
 	case s.peers != nil && s.mode != nil:

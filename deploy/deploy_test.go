@@ -256,7 +256,9 @@ func TestKustomizeBuild(t *testing.T) {
 		{"ClusterRoleBinding", "", name},
 		{"DaemonSet", namespace, name},
 		{"Role", eventsNamespace, name},
+		{"Role", namespace, name},
 		{"RoleBinding", eventsNamespace, name},
+		{"RoleBinding", namespace, name},
 		{"ServiceAccount", namespace, name},
 	}
 	sortIDs := func(a, b id) int { return strings.Compare(a.Kind+"/"+a.Name, b.Kind+"/"+b.Name) }
@@ -287,10 +289,11 @@ const eventsNamespace = "default"
 
 func TestRBAC(t *testing.T) {
 	objs := decodeFile(t, "rbac.yaml")
-	if len(objs) != 6 {
-		t.Fatalf("rbac.yaml: %d objects, want ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding, ClusterRole", len(objs))
+	if len(objs) != 8 {
+		t.Fatalf("rbac.yaml: %d objects, want ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding (Events), Role, RoleBinding (uninstall switch), ClusterRole", len(objs))
 	}
 	testEventsRole(t, objs[3], objs[4])
+	testUninstallRole(t, objs[5], objs[6])
 	sa, ok1 := objs[0].(*corev1.ServiceAccount)
 	role, ok2 := objs[1].(*rbacv1.ClusterRole)
 	binding, ok3 := objs[2].(*rbacv1.ClusterRoleBinding)
@@ -344,9 +347,9 @@ func TestRBAC(t *testing.T) {
 
 	// The scraper's role: get on /metrics, the one URL the secure listener
 	// serves, and nothing else.
-	reader, ok := objs[5].(*rbacv1.ClusterRole)
+	reader, ok := objs[7].(*rbacv1.ClusterRole)
 	if !ok || reader.Name != metricsReader {
-		t.Fatalf("rbac.yaml: last object %T %v, want the ClusterRole %s", objs[5], objs[5], metricsReader)
+		t.Fatalf("rbac.yaml: last object %T %v, want the ClusterRole %s", objs[7], objs[7], metricsReader)
 	}
 	wantReader := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}
 	if diff := cmp.Diff(wantReader, reader.Rules); diff != "" {
@@ -406,6 +409,7 @@ var agentFlags = map[string]bool{
 	"peers": true, "prefix": true, "underlay-link": true, "encryption": true, "node-name": true,
 	"protocol": true, "metrics-addr": true, "log-format": true, "allow-shared": true,
 	"secure-metrics-addr": true, "tls-cert-file": true, "tls-key-file": true,
+	"uninstall-configmap": true,
 }
 
 // parseArgs checks the container's args — a subcommand, then --flag=value —
@@ -546,7 +550,7 @@ func TestDaemonSet(t *testing.T) {
 		want := &corev1.EnvVar{
 			Name: "NODE_NAME",
 			ValueFrom: &corev1.EnvVarSource{
-				FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"},
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"},
 			},
 		}
 		if diff := cmp.Diff(want, nodeName); diff != "" {
@@ -569,25 +573,16 @@ func TestDaemonSet(t *testing.T) {
 			"table":               {"900"},
 			"priority":            {"900"},
 			"peers":               {"auto"},
-			"encryption":          {"$(MARKSPLIT_ENCRYPTION)"},
+			"encryption":          {"auto"},
 			"metrics-addr":        {"127.0.0.1:9184"},
 			"secure-metrics-addr": {":9185"},
 			"log-format":          {"text"},
+			"uninstall-configmap": {uninstallConfigMap},
 		}
 		if diff := cmp.Diff(want, flags); diff != "" {
 			t.Errorf("args (-want +got):\n%s", diff)
 		}
-		// --encryption comes from MARKSPLIT_ENCRYPTION (auto), so that the
-		// uninstall can switch it off with `kubectl set env`.
-		var mode string
-		for _, e := range c.Env {
-			if e.Name == "MARKSPLIT_ENCRYPTION" {
-				mode = e.Value
-			}
-		}
-		if mode != "auto" {
-			t.Errorf("MARKSPLIT_ENCRYPTION = %q, want auto", mode)
-		}
+		testUninstallEnv(t, c.Env)
 	})
 
 	t.Run("probes", func(t *testing.T) {
@@ -812,7 +807,8 @@ func TestOperationsDoc(t *testing.T) {
 		"kubectl apply -k deploy/",
 		"kubectl -n kube-system rollout status daemonset/" + ds.Name,
 		appLabel + "=" + ds.Spec.Selector.MatchLabels[appLabel],
-		"set env daemonset/" + ds.Name + " MARKSPLIT_ENCRYPTION=off",
+		"kubectl -n kube-system create configmap " + uninstallConfigMap,
+		"kubectl -n kube-system delete configmap " + uninstallConfigMap,
 		"marksplit cleanup",
 		"marksplit verify --peer",
 		"not from all fwmark 0xe00/0xf00 lookup 900",
