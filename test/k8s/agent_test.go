@@ -42,18 +42,28 @@ type agent struct {
 func (c *cluster) nodeName() string { return fmt.Sprintf("node%03d", c.next()) }
 
 // startAgent runs `marksplit run --encryption=auto --prefix=10.0.0.0/16
-// --metrics-addr=` in n's namespace as the DaemonSet's pod would run it: the
-// environment has KUBERNETES_SERVICE_HOST/PORT and NODE_NAME, and a fresh
-// service-account token and the cluster CA are in a kubelet-style directory
-// (MARKSPLIT_SERVICEACCOUNT_DIR stands for
-// /var/run/secrets/kubernetes.io/serviceaccount). When t ends the agent gets
-// SIGTERM and must exit 0 within 5 s, and must not have been denied (403).
+// --metrics-addr=` in n's namespace as the DaemonSet's pod would run it (see
+// launch). When t ends the agent gets SIGTERM and must exit 0 within 5 s, and
+// must not have been denied (403).
 func (c *cluster) startAgent(t *testing.T, n *node, name string) *agent {
 	t.Helper()
+	a := c.launch(t, n, name, []string{"run", "--encryption=auto", "--prefix=10.0.0.0/16", "--metrics-addr="})
+	t.Cleanup(func() { a.finish(t) })
+	return a
+}
+
+// launch runs the agent with args (the command first) in n's namespace as
+// the DaemonSet's pod would run it: the environment has
+// KUBERNETES_SERVICE_HOST/PORT, NODE_NAME and env, and a fresh
+// service-account token and the cluster CA are in a kubelet-style directory
+// (MARKSPLIT_SERVICEACCOUNT_DIR stands for
+// /var/run/secrets/kubernetes.io/serviceaccount), removed when t ends. The
+// caller says how the agent is to end.
+func (c *cluster) launch(t *testing.T, n *node, name string, args []string, env ...string) *agent {
+	t.Helper()
 	bin := needAgent(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dir := filepath.Join(c.dir, name)
+	ctx := ctxFor(t, 30*time.Second)
+	dir := filepath.Join(c.dir, fmt.Sprintf("%s-%d", name, c.next()))
 	sa, err := newPodDir(filepath.Join(dir, "serviceaccount"), c.caFile(), c.sa.Metadata.Namespace)
 	if err != nil {
 		t.Fatal(err)
@@ -70,21 +80,19 @@ func (c *cluster) startAgent(t *testing.T, n *node, name string) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := []string{
+	env = append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"KUBERNETES_SERVICE_HOST=" + apiAddr,
 		"KUBERNETES_SERVICE_PORT=" + apiPort,
 		"NODE_NAME=" + name,
 		"MARKSPLIT_SERVICEACCOUNT_DIR=" + sa.dir,
-	}
+	}, env...)
 	p, err := startProc("marksplit", filepath.Join(dir, "agent.log"), env,
-		"ip", "netns", "exec", n.ns, bin, "run", "--encryption=auto", "--prefix=10.0.0.0/16", "--metrics-addr=")
+		"ip", append([]string{"netns", "exec", n.ns, bin}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &agent{proc: p, c: c, name: name, sa: sa, token: token, auditFrom: len(before)}
-	t.Cleanup(func() { a.finish(t) })
-	return a
+	return &agent{proc: p, c: c, name: name, sa: sa, token: token, auditFrom: len(before)}
 }
 
 // finish stops the agent and checks how it ended and what it was denied.

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,40 +36,8 @@ const (
 // startMetricsAgent is startAgent with the DaemonSet's two metrics listeners.
 func (c *cluster) startMetricsAgent(t *testing.T, n *node, name string) *agent {
 	t.Helper()
-	bin := needAgent(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dir := filepath.Join(c.dir, name)
-	sa, err := newPodDir(filepath.Join(dir, "serviceaccount"), c.caFile(), c.sa.Metadata.Namespace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	token, err := c.token(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sa.write(token); err != nil {
-		t.Fatal(err)
-	}
-	before, err := c.agentRequests()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := []string{
-		"PATH=" + os.Getenv("PATH"),
-		"KUBERNETES_SERVICE_HOST=" + apiAddr,
-		"KUBERNETES_SERVICE_PORT=" + apiPort,
-		"NODE_NAME=" + name,
-		"MARKSPLIT_SERVICEACCOUNT_DIR=" + sa.dir,
-	}
-	p, err := startProc("marksplit", filepath.Join(dir, "agent.log"), env,
-		"ip", "netns", "exec", n.ns, bin, "run", "--encryption=auto", "--prefix=10.0.0.0/16",
-		"--metrics-addr="+plainAddr, "--secure-metrics-addr=:"+securePort)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &agent{proc: p, c: c, name: name, sa: sa, token: token, auditFrom: len(before)}
+	a := c.launch(t, n, name, []string{"run", "--encryption=auto", "--prefix=10.0.0.0/16",
+		"--metrics-addr=" + plainAddr, "--secure-metrics-addr=:" + securePort})
 	t.Cleanup(func() { a.finish(t) })
 	return a
 }

@@ -198,39 +198,7 @@ func (c *cluster) startDeployed(t *testing.T, n *node, name string, d deployed) 
 // does; denied says that the test takes its read access away.
 func (c *cluster) startWith(t *testing.T, n *node, name string, args []string, denied bool) *deployedAgent {
 	t.Helper()
-	bin := needAgent(t)
-	ctx := ctxFor(t, 30*time.Second)
-	dir := filepath.Join(c.dir, fmt.Sprintf("%s-%d", name, c.next()))
-	sa, err := newPodDir(filepath.Join(dir, "serviceaccount"), c.caFile(), c.sa.Metadata.Namespace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	token, err := c.token(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sa.write(token); err != nil {
-		t.Fatal(err)
-	}
-	before, err := c.agentRequests()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := []string{
-		"PATH=" + os.Getenv("PATH"),
-		"KUBERNETES_SERVICE_HOST=" + apiAddr,
-		"KUBERNETES_SERVICE_PORT=" + apiPort,
-		"NODE_NAME=" + name,
-		"POD_NAMESPACE=" + switchNS,
-		"MARKSPLIT_SERVICEACCOUNT_DIR=" + sa.dir,
-	}
-	p, err := startProc("marksplit", filepath.Join(dir, "agent.log"), env,
-		"ip", append([]string{"netns", "exec", n.ns, bin}, args...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &deployedAgent{agent: &agent{proc: p, c: c, name: name, sa: sa, token: token, auditFrom: len(before)}, n: n, denied: denied}
+	a := &deployedAgent{agent: c.launch(t, n, name, args, "POD_NAMESPACE="+switchNS), n: n, denied: denied}
 	t.Cleanup(func() { a.stopNow(t) })
 	return a
 }
