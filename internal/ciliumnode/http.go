@@ -5,35 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/marksplit/marksplit/internal/kubeapi"
 )
-
-// nextBackOff returns b's next delay; a policy that gives up is started over.
-func nextBackOff(b backoff.BackOff) time.Duration {
-	d := b.NextBackOff()
-	if d == backoff.Stop {
-		b.Reset()
-		if d = b.NextBackOff(); d == backoff.Stop {
-			d = time.Minute
-		}
-	}
-	return d
-}
-
-// sleep waits for d and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
 
 // do sends a GET of u with client and returns the response of a 200 answer, for the
 // caller to read and close. Any other answer is read (its first kubeapi.MaxErrBody bytes), closed

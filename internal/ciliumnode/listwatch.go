@@ -100,13 +100,13 @@ func (lw *listWatch) run(ctx context.Context) {
 					return
 				}
 				rv = ""
-				d := nextBackOff(b)
+				d := kubeapi.NextBackOff(b)
 				if errors.Is(err, errNotFound) {
 					log.Info(err.Error(), "retry_in_s", d.Seconds())
 				} else {
 					log.Warn(err.Error(), "retry_in_s", d.Seconds())
 				}
-				if !sleep(ctx, d) {
+				if !kubeapi.Sleep(ctx, d) {
 					return
 				}
 				continue
@@ -152,7 +152,7 @@ func (lw *listWatch) ended(ctx context.Context, end watchEnd, rv *string, failin
 			log.Debug("ciliumnode: watch ended; resuming", "resource_version", *rv)
 		}
 	case endFailed, endCorrupt:
-		d := nextBackOff(b)
+		d := kubeapi.NextBackOff(b)
 		if end.kind == endCorrupt {
 			log.Warn(end.err.Error()+"; keeping "+lw.kept+" and "+again, "retry_in_s", d.Seconds())
 			*rv = ""
@@ -160,13 +160,13 @@ func (lw *listWatch) ended(ctx context.Context, end watchEnd, rv *string, failin
 			log.Warn(end.err.Error(), "retry_in_s", d.Seconds())
 		}
 		*failing = !end.progress
-		return sleep(ctx, d)
+		return kubeapi.Sleep(ctx, d)
 	}
 	if end.progress {
 		return true
 	}
 	*failing = true
-	return sleep(ctx, nextBackOff(b))
+	return kubeapi.Sleep(ctx, kubeapi.NextBackOff(b))
 }
 
 // How a watch ended.

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/cenkalti/backoff/v4"
 )
 
 const (
@@ -234,4 +236,29 @@ func OneLine(s string) string {
 		s = s[:i] + "…"
 	}
 	return s
+}
+
+// NextBackOff returns b's next delay; a policy that gives up is started over
+// (and a policy that gives up at once waits a minute).
+func NextBackOff(b backoff.BackOff) time.Duration {
+	d := b.NextBackOff()
+	if d == backoff.Stop {
+		b.Reset()
+		if d = b.NextBackOff(); d == backoff.Stop {
+			d = time.Minute
+		}
+	}
+	return d
+}
+
+// Sleep waits for d and reports whether ctx is still live.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -208,7 +208,7 @@ func (w *Watcher) run(ctx context.Context, report func(State)) {
 					return
 				}
 				rv = ""
-				d := nextBackOff(b)
+				d := kubeapi.NextBackOff(b)
 				kept := "keeping it " + state.String()
 				if !reported {
 					kept = "not known yet"
@@ -217,7 +217,7 @@ func (w *Watcher) run(ctx context.Context, report func(State)) {
 				if !reported {
 					set(Unknown) // after the warning, which says why
 				}
-				if !sleep(ctx, d) {
+				if !kubeapi.Sleep(ctx, d) {
 					return
 				}
 				continue
@@ -249,7 +249,7 @@ func (w *Watcher) run(ctx context.Context, report func(State)) {
 			log.Debug("kubewatch: watch ended; resuming", "object", w.what, "resource_version", rv)
 			continue
 		}
-		d := nextBackOff(b)
+		d := kubeapi.NextBackOff(b)
 		failing = !end.progress
 		if end.err != nil {
 			if end.gone {
@@ -258,33 +258,9 @@ func (w *Watcher) run(ctx context.Context, report func(State)) {
 				log.Warn(end.err.Error()+"; keeping it "+state.String(), "retry_in_s", d.Seconds())
 			}
 		}
-		if !sleep(ctx, d) {
+		if !kubeapi.Sleep(ctx, d) {
 			return
 		}
-	}
-}
-
-// nextBackOff returns b's next delay; a policy that gives up is started over.
-func nextBackOff(b backoff.BackOff) time.Duration {
-	d := b.NextBackOff()
-	if d == backoff.Stop {
-		b.Reset()
-		if d = b.NextBackOff(); d == backoff.Stop {
-			d = time.Minute
-		}
-	}
-	return d
-}
-
-// sleep waits for d and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
