@@ -367,6 +367,8 @@ func TestChartRefuses(t *testing.T) {
 		{"secure metrics on a name", map[string]any{"metrics": map[string]any{"secureAddress": "node1:9185"}}, "/metrics/secureAddress"},
 		{"secure metrics on the metrics port", map[string]any{"metrics": map[string]any{"secureAddress": ":9184"}}, "metrics.secureAddress"},
 		{"secure metrics on [::] and the metrics port", map[string]any{"metrics": map[string]any{"secureAddress": "[::]:9184"}}, "metrics.secureAddress"},
+		{"secure metrics at metrics.address", map[string]any{"metrics": map[string]any{"address": "$(POD_IP):9185", "secureAddress": "$(POD_IP):9185"}}, "metrics.secureAddress"},
+		{"monitoring of a loopback listener", map[string]any{"metrics": map[string]any{"secureAddress": "127.0.0.1:9185"}, "monitoring": map[string]any{"enabled": true}}, "metrics.secureAddress"},
 		{"certificate without secure metrics", map[string]any{"metrics": map[string]any{"secureAddress": "", "tls": map[string]any{"secretName": "tls"}}}, "metrics.tls.secretName"},
 		{"certificate Secret name", map[string]any{"metrics": map[string]any{"tls": map[string]any{"secretName": "Metrics_TLS"}}}, "/metrics/tls/secretName"},
 		{"monitoring without secure metrics", map[string]any{"metrics": map[string]any{"secureAddress": ""}, "monitoring": map[string]any{"enabled": true}}, "metrics.secureAddress"},
@@ -589,6 +591,12 @@ resources: {limits: {memory: 256Mi}}
 			}
 			if r := chartObject[rbacv1.ClusterRole](t, objs, "ClusterRole", "", metricsReader); r == nil {
 				t.Errorf("no ClusterRole %s", metricsReader)
+			}
+		}},
+		{"two listeners on one port", "metrics:\n  address: '127.0.0.1:9185'\n  secureAddress: '$(POD_IP):9185'\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			a := args(t, ds)
+			if !slices.Equal(a["metrics-addr"], []string{"127.0.0.1:9185"}) || !slices.Equal(a["secure-metrics-addr"], []string{"$(POD_IP):9185"}) {
+				t.Errorf("args %q: two addresses may share a port", container(ds).Args)
 			}
 		}},
 		{"certificate", "metrics:\n  tls: {secretName: marksplit-metrics-tls}\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {

@@ -98,8 +98,13 @@ deploy/daemonset.yaml's order.
 - {{ printf "--uninstall-configmap=%s" .Values.uninstall.configMapName | toJson }}
 - {{ printf "--metrics-addr=%s" .Values.metrics.address | toJson }}
 {{- with .Values.metrics.secureAddress }}
-{{- if and (regexMatch "^(|0\\.0\\.0\\.0|\\[::\\]):" .) (eq (regexFind "[0-9]+$" .) (regexFind "[0-9]+$" $.Values.metrics.address)) }}
+{{- $host := regexReplaceAll ":[0-9]+$" . "" }}
+{{- if eq (regexFind "[0-9]+$" .) (regexFind "[0-9]+$" $.Values.metrics.address) }}
+{{- if has $host (list "" "0.0.0.0" "[::]") }}
 {{- fail (printf "metrics.secureAddress %q listens on every address, metrics.address %q among them: give them two ports" . $.Values.metrics.address) }}
+{{- else if eq $host (regexReplaceAll ":[0-9]+$" $.Values.metrics.address "") }}
+{{- fail (printf "metrics.secureAddress %q is metrics.address: give them two ports" .) }}
+{{- end }}
 {{- end }}
 - {{ printf "--secure-metrics-addr=%s" . | toJson }}
 {{- end }}
