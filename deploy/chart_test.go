@@ -17,8 +17,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/internal/kubewatch"
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
+	monv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -27,6 +29,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -51,6 +54,7 @@ var updateChartFiles = flag.Bool("update", false, "copy deploy/monitoring's file
 // directory, nor kustomize outside its root, so the chart carries byte copies.
 var chartFiles = map[string]string{
 	"files/dashboard.json":      "monitoring/dashboard.json",
+	"files/podmonitor.yaml":     "monitoring/podmonitor.yaml",
 	"files/prometheusrule.yaml": "monitoring/prometheusrule.yaml",
 }
 
@@ -180,7 +184,7 @@ func kustomizeObjects(t *testing.T, monitoring bool) []object {
 	}
 	dir := "/repo/deploy"
 	if monitoring {
-		for _, f := range []string{"kustomization.yaml", "prometheusrule.yaml", "dashboard.json"} {
+		for _, f := range []string{"kustomization.yaml", "podmonitor.yaml", "prometheusrule.yaml", "dashboard.json"} {
 			copyInto(t, fs, filepath.Join(monitoringDir, f), "/repo/deploy/monitoring/"+f)
 		}
 		overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../deploy\ncomponents:\n  - ../deploy/monitoring\n"
@@ -226,8 +230,13 @@ func TestChartMatchesKustomize(t *testing.T) {
 		monitoring bool
 		objects    int
 	}{
-		{"defaults", nil, false, 4},
-		{"monitoring", map[string]any{"monitoring": map[string]any{"enabled": true}}, true, 6},
+		// ServiceAccount, ClusterRole, ClusterRoleBinding, the Roles and
+		// RoleBindings of the Events and of the uninstall switch, the
+		// metrics reader's ClusterRole, the DaemonSet.
+		{"defaults", nil, false, 9},
+		// And the scraper's ServiceAccount, token Secret and
+		// ClusterRoleBinding, the PodMonitor, the rule and the dashboard.
+		{"monitoring", map[string]any{"monitoring": map[string]any{"enabled": true}}, true, 15},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			want := byKey(t, "kustomize", kustomizeObjects(t, tt.monitoring))
@@ -353,9 +362,24 @@ func TestChartRefuses(t *testing.T) {
 		{"metrics empty", map[string]any{"metrics": map[string]any{"address": ""}}, "/metrics/address"},
 		{"metrics on a name", map[string]any{"metrics": map[string]any{"address": "$(NODE_NAME):9184"}}, "/metrics/address"},
 		{"metrics port 65536", map[string]any{"metrics": map[string]any{"address": "127.0.0.1:65536"}}, "/metrics/address"},
+		{"secure metrics without port", map[string]any{"metrics": map[string]any{"secureAddress": "9185"}}, "/metrics/secureAddress"},
+		{"secure metrics port 0", map[string]any{"metrics": map[string]any{"secureAddress": ":0"}}, "/metrics/secureAddress"},
+		{"secure metrics on a name", map[string]any{"metrics": map[string]any{"secureAddress": "node1:9185"}}, "/metrics/secureAddress"},
+		{"secure metrics on the metrics port", map[string]any{"metrics": map[string]any{"secureAddress": ":9184"}}, "metrics.secureAddress"},
+		{"secure metrics on [::] and the metrics port", map[string]any{"metrics": map[string]any{"secureAddress": "[::]:9184"}}, "metrics.secureAddress"},
+		{"secure metrics at metrics.address", map[string]any{"metrics": map[string]any{"address": "$(POD_IP):9185", "secureAddress": "$(POD_IP):9185"}}, "metrics.secureAddress"},
+		{"monitoring of a loopback listener", map[string]any{"metrics": map[string]any{"secureAddress": "127.0.0.1:9185"}, "monitoring": map[string]any{"enabled": true}}, "metrics.secureAddress"},
+		{"certificate without secure metrics", map[string]any{"metrics": map[string]any{"secureAddress": "", "tls": map[string]any{"secretName": "tls"}}}, "metrics.tls.secretName"},
+		{"certificate Secret name", map[string]any{"metrics": map[string]any{"tls": map[string]any{"secretName": "Metrics_TLS"}}}, "/metrics/tls/secretName"},
+		{"monitoring without secure metrics", map[string]any{"metrics": map[string]any{"secureAddress": ""}, "monitoring": map[string]any{"enabled": true}}, "metrics.secureAddress"},
+		{"events not a bool", map[string]any{"events": map[string]any{"enabled": "no"}}, "/events/enabled"},
+		{"events unknown key", map[string]any{"events": map[string]any{"namespace": "kube-system"}}, "namespace"},
+		{"uninstall switch upper case", map[string]any{"uninstall": map[string]any{"configMapName": "Marksplit-Uninstall"}}, "/uninstall/configMapName"},
+		{"uninstall switch null", map[string]any{"uninstall": map[string]any{"configMapName": nil}}, "configMapName"},
 		{"extra arg not a flag", map[string]any{"extraArgs": []any{"plan"}}, "/extraArgs/0"},
 		{"pull policy", map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}}, "/image/pullPolicy"},
 		{"rule label not a string", map[string]any{"monitoring": map[string]any{"ruleLabels": map[string]any{"release": 1}}}, "/monitoring/ruleLabels/release"},
+		{"pod monitor label not a string", map[string]any{"monitoring": map[string]any{"podMonitorLabels": map[string]any{"release": 1}}}, "/monitoring/podMonitorLabels/release"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := renderChart(t, tt.vals)
@@ -399,6 +423,29 @@ func chartDaemonSet(t *testing.T, valuesYAML string) (*appsv1.DaemonSet, []objec
 	return ds, objs
 }
 
+// chartObject decodes the rendered object of that kind, namespace and name
+// into a T; nil when the chart did not render it.
+func chartObject[T any](t *testing.T, objs []object, kind, ns, objName string) *T {
+	t.Helper()
+	for _, o := range objs {
+		meta, _ := o["metadata"].(map[string]any)
+		gotNS, _ := meta["namespace"].(string)
+		if o["kind"] != kind || gotNS != ns || meta["name"] != objName {
+			continue
+		}
+		j, err := json.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := new(T)
+		if err := json.Unmarshal(j, v); err != nil {
+			t.Fatalf("%s %s/%s: %v", kind, ns, objName, err)
+		}
+		return v
+	}
+	return nil
+}
+
 // TestChartValues: each value reaches the flag or field it documents, in a
 // values file as `helm install -f` reads it.
 func TestChartValues(t *testing.T) {
@@ -428,15 +475,16 @@ func TestChartValues(t *testing.T) {
 				want := map[string][]string{
 					"tunnel-link": {"wg0"}, "mark": {"0x1e00/0x1f00"}, "table": {"4294967295"},
 					"priority": {"32765"}, "peers": {"auto"}, "protocol": {"kernel"},
-					"encryption": {"$(MARKSPLIT_ENCRYPTION)"}, "metrics-addr": {"127.0.0.1:9184"},
+					"encryption": {"off"}, "uninstall-configmap": {uninstallConfigMap},
+					"metrics-addr": {"127.0.0.1:9184"}, "secure-metrics-addr": {":9185"},
 					"log-format": {"json"}, "node-name": {"n1"},
 				}
 				if diff := cmp.Diff(want, args(t, ds)); diff != "" {
 					t.Errorf("args (-want +got):\n%s", diff)
 				}
-				if env := container(ds).Env; len(env) != 2 || env[1].Name != "MARKSPLIT_ENCRYPTION" || env[1].Value != "off" {
-					t.Errorf("env = %+v, want MARKSPLIT_ENCRYPTION=off", env)
-				}
+				// encryption is the literal flag, and no variable an
+				// uninstall would have to change.
+				testUninstallEnv(t, container(ds).Env)
 			}},
 		{"protocol number", "protocol: 77\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
 			if got := args(t, ds)["protocol"]; !slices.Equal(got, []string{"77"}) {
@@ -449,14 +497,14 @@ func TestChartValues(t *testing.T) {
 				t.Errorf("args %q, want --allow-shared=true --table=2004", container(ds).Args)
 			}
 		}},
-		{"metrics on IPv6 loopback", "metrics:\n  address: '[::1]:9185'\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+		{"metrics on IPv6 loopback", "metrics:\n  address: '[::1]:9186'\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
 			c := container(ds)
-			if got := args(t, ds)["metrics-addr"]; !slices.Equal(got, []string{"[::1]:9185"}) {
+			if got := args(t, ds)["metrics-addr"]; !slices.Equal(got, []string{"[::1]:9186"}) {
 				t.Errorf("--metrics-addr = %q", got)
 			}
 			for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
-				if g := p.HTTPGet; g.Host != "::1" || g.Port != intstr.FromInt32(9185) {
-					t.Errorf("probe goes to %s port %s, want ::1 port 9185", g.Host, g.Port.String())
+				if g := p.HTTPGet; g.Host != "::1" || g.Port != intstr.FromInt32(9186) {
+					t.Errorf("probe goes to %s port %s, want ::1 port 9186", g.Host, g.Port.String())
 				}
 			}
 		}},
@@ -465,7 +513,7 @@ func TestChartValues(t *testing.T) {
 			if got := args(t, ds)["metrics-addr"]; !slices.Equal(got, []string{"$(POD_IP):9184"}) {
 				t.Errorf("--metrics-addr = %q", got)
 			}
-			want := corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}
+			want := corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"}}}
 			if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_IP" }); i < 0 {
 				t.Errorf("env %+v has no POD_IP", c.Env)
 			} else if diff := cmp.Diff(want, c.Env[i]); diff != "" {
@@ -505,6 +553,115 @@ resources: {limits: {memory: 256Mi}}
 			}
 			if !equality.Semantic.DeepEqual(want, c.Resources) {
 				t.Errorf("resources %v, want %v", c.Resources, want)
+			}
+		}},
+		{"secure metrics off", "metrics:\n  secureAddress: ''\n", func(t *testing.T, ds *appsv1.DaemonSet, objs []object) {
+			c := container(ds)
+			if got, ok := args(t, ds)["secure-metrics-addr"]; ok {
+				t.Errorf("--secure-metrics-addr = %q, want none", got)
+			}
+			if len(c.Ports) != 0 {
+				t.Errorf("ports %+v, want none without a secure listener", c.Ports)
+			}
+			if r := chartObject[rbacv1.ClusterRole](t, objs, "ClusterRole", "", metricsReader); r != nil {
+				t.Errorf("ClusterRole %s rendered without a secure listener", metricsReader)
+			}
+			// The reviews are the secure listener's: without it the agent
+			// reads its CiliumNodes, and nothing else.
+			role := chartObject[rbacv1.ClusterRole](t, objs, "ClusterRole", "", name)
+			want := []rbacv1.PolicyRule{{APIGroups: []string{"cilium.io"}, Resources: []string{"ciliumnodes"}, Verbs: []string{"get", "list", "watch"}}}
+			if role == nil {
+				t.Fatalf("no ClusterRole %s", name)
+			}
+			if diff := cmp.Diff(want, role.Rules); diff != "" {
+				t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
+			}
+		}},
+		{"secure metrics on the node's IP", "metrics:\n  secureAddress: '[$(POD_IP)]:9443'\n", func(t *testing.T, ds *appsv1.DaemonSet, objs []object) {
+			c := container(ds)
+			if got := args(t, ds)["secure-metrics-addr"]; !slices.Equal(got, []string{"[$(POD_IP)]:9443"}) {
+				t.Errorf("--secure-metrics-addr = %q", got)
+			}
+			wantPorts := []corev1.ContainerPort{{Name: "https-metrics", ContainerPort: 9443, Protocol: corev1.ProtocolTCP}}
+			if diff := cmp.Diff(wantPorts, c.Ports); diff != "" {
+				t.Errorf("ports (-want +got):\n%s", diff)
+			}
+			if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_IP" }) {
+				t.Errorf("env %+v has no POD_IP", c.Env)
+			}
+			if r := chartObject[rbacv1.ClusterRole](t, objs, "ClusterRole", "", metricsReader); r == nil {
+				t.Errorf("no ClusterRole %s", metricsReader)
+			}
+		}},
+		{"two listeners on one port", "metrics:\n  address: '127.0.0.1:9185'\n  secureAddress: '$(POD_IP):9185'\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			a := args(t, ds)
+			if !slices.Equal(a["metrics-addr"], []string{"127.0.0.1:9185"}) || !slices.Equal(a["secure-metrics-addr"], []string{"$(POD_IP):9185"}) {
+				t.Errorf("args %q: two addresses may share a port", container(ds).Args)
+			}
+		}},
+		{"certificate", "metrics:\n  tls: {secretName: marksplit-metrics-tls}\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			c := container(ds)
+			a := args(t, ds)
+			if !slices.Equal(a["tls-cert-file"], []string{"/etc/marksplit/tls/tls.crt"}) || !slices.Equal(a["tls-key-file"], []string{"/etc/marksplit/tls/tls.key"}) {
+				t.Errorf("args %q, want --tls-cert-file and --tls-key-file in /etc/marksplit/tls", c.Args)
+			}
+			wantMounts := []corev1.VolumeMount{{Name: "metrics-tls", MountPath: "/etc/marksplit/tls", ReadOnly: true}}
+			if diff := cmp.Diff(wantMounts, c.VolumeMounts); diff != "" {
+				t.Errorf("volumeMounts (-want +got):\n%s", diff)
+			}
+			mode := int32(0o400)
+			wantVolumes := []corev1.Volume{{Name: "metrics-tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "marksplit-metrics-tls", DefaultMode: &mode}}}}
+			if diff := cmp.Diff(wantVolumes, ds.Spec.Template.Spec.Volumes); diff != "" {
+				t.Errorf("volumes (-want +got):\n%s", diff)
+			}
+		}},
+		{"events off", "events: {enabled: false}\n", func(t *testing.T, ds *appsv1.DaemonSet, objs []object) {
+			if got := args(t, ds)["events"]; !slices.Equal(got, []string{"false"}) {
+				t.Errorf("--events = %q, want false", got)
+			}
+			for _, kind := range []string{"Role", "RoleBinding"} {
+				if o := chartObject[object](t, objs, kind, eventsNamespace, name); o != nil {
+					t.Errorf("%s %s/%s rendered with events.enabled false", kind, eventsNamespace, name)
+				}
+			}
+		}},
+		{"another uninstall switch", "uninstall: {configMapName: marksplit-off}\n", func(t *testing.T, ds *appsv1.DaemonSet, objs []object) {
+			if got := args(t, ds)["uninstall-configmap"]; !slices.Equal(got, []string{"marksplit-off"}) {
+				t.Errorf("--uninstall-configmap = %q, want marksplit-off", got)
+			}
+			role := chartObject[rbacv1.Role](t, objs, "Role", namespace, name)
+			if role == nil || len(role.Rules) != 1 || !slices.Equal(role.Rules[0].ResourceNames, []string{"marksplit-off"}) {
+				t.Errorf("Role %s/%s = %+v, want it to read the ConfigMap marksplit-off", namespace, name, role)
+			}
+		}},
+		{"no uninstall switch", "uninstall: {configMapName: ''}\n", func(t *testing.T, ds *appsv1.DaemonSet, objs []object) {
+			// Empty, not absent: the agent's default is the switch.
+			if got := args(t, ds)["uninstall-configmap"]; !slices.Equal(got, []string{""}) {
+				t.Errorf("--uninstall-configmap = %q, want it empty", got)
+			}
+			for _, kind := range []string{"Role", "RoleBinding"} {
+				if o := chartObject[object](t, objs, kind, namespace, name); o != nil {
+					t.Errorf("%s %s/%s rendered without a switch", kind, namespace, name)
+				}
+			}
+		}},
+		{"pod monitor", "monitoring:\n  enabled: true\n  podMonitorLabels: {release: prometheus}\n  tlsConfig: {serverName: marksplit.kube-system, ca: {secret: {name: marksplit-metrics-ca, key: ca.crt}}}\n", func(t *testing.T, _ *appsv1.DaemonSet, objs []object) {
+			pm := chartObject[monv1.PodMonitor](t, objs, "PodMonitor", namespace, name)
+			if pm == nil {
+				t.Fatal("no PodMonitor rendered")
+			}
+			wantLabels := map[string]string{appLabel: name, "app.kubernetes.io/component": "metrics", "release": "prometheus"}
+			if diff := cmp.Diff(wantLabels, pm.Labels); diff != "" {
+				t.Errorf("PodMonitor labels (-want +got):\n%s", diff)
+			}
+			serverName := "marksplit.kube-system"
+			want := &monv1.SafeTLSConfig{
+				ServerName: &serverName,
+				CA: monv1.SecretOrConfigMap{Secret: &corev1.SecretKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "marksplit-metrics-ca"}, Key: "ca.crt"}},
+			}
+			if diff := cmp.Diff(want, pm.Spec.PodMetricsEndpoints[0].TLSConfig); diff != "" {
+				t.Errorf("tlsConfig (-want +got):\n%s", diff)
 			}
 		}},
 		{"rule labels", "monitoring:\n  enabled: true\n  ruleLabels: {release: prometheus}\n", func(t *testing.T, _ *appsv1.DaemonSet, objs []object) {
@@ -548,11 +705,13 @@ func TestChartLint(t *testing.T) {
 }
 
 // TestChartAgreesWithAgent: the chart accepts a table, priority, protocol,
-// mark or link name exactly when the agent's own checks do
-// (netwatch/reconcile's types, which the agent's flags parse with), in the
+// mark, link name or uninstall switch name exactly when the agent's own
+// checks do (netwatch/reconcile's types, which the agent's flags parse with,
+// and kubewatch.ValidName, which checks --uninstall-configmap), in the
 // notation the chart takes: integers for table and priority, an integer, a
 // decimal or a name for protocol, lowercase 0x hex for the mark. Prefixes
-// are left out: the chart checks their form, the agent also their host bits.
+// are left out: the chart checks their form, the agent also their host bits;
+// so are the listeners' addresses (TestChartRefuses, TestChartValues).
 func TestChartAgreesWithAgent(t *testing.T) {
 	accepts := func(vals map[string]any) bool {
 		_, err := renderChart(t, vals)
@@ -617,6 +776,20 @@ func TestChartAgreesWithAgent(t *testing.T) {
 		agree(t, "mark "+m, map[string]any{"mark": m}, v.Set(m))
 	}
 
+	// The uninstall switch's name, which the agent checks as a Kubernetes
+	// name; empty is no switch to both.
+	for _, n := range []string{
+		"marksplit-uninstall", "", "a", "0", "a.b", "a-b", "a--b", "-a", "a-", ".a", "a.", "a..b", "a.-b",
+		"A", "a_b", "a b", "é", strings.Repeat("a", 63), strings.Repeat("a", 64), strings.Repeat("a", 253),
+		strings.Repeat("a", 254), strings.Repeat("a.", 126) + "a", strings.Repeat("a.", 127),
+	} {
+		var err error
+		if n != "" {
+			err = kubewatch.ValidName(n)
+		}
+		agree(t, fmt.Sprintf("uninstall.configMapName %q", n), map[string]any{"uninstall": map[string]any{"configMapName": n}}, err)
+	}
+
 	for _, l := range []string{
 		"cilium_wg0", "", "a", strings.Repeat("a", 15), strings.Repeat("a", 16), "wg/0", "wg:0", "wg 0",
 		"wg\t0", "wg\n0", "wg\x010", "wg\x7f", ".", "..", "...", ".a", "..a", "a.", "éééééééé", "ééééééé",
@@ -629,6 +802,34 @@ func TestChartAgreesWithAgent(t *testing.T) {
 				err = errors.New("the tunnel link") // mtupolicy: the underlay link is not the tunnel link
 			}
 			agree(t, fmt.Sprintf("underlayLink %q", l), map[string]any{"peers": map[string]any{"auto": false, "underlayLink": l}}, err)
+		}
+	}
+}
+
+// TestChartNeverShipsTheSwitch: whatever the values, the chart renders no
+// ConfigMap that is the uninstall switch: a `helm upgrade` must never create
+// or delete it (docs/operations.md, "Uninstall").
+func TestChartNeverShipsTheSwitch(t *testing.T) {
+	for _, vals := range []map[string]any{
+		nil,
+		{"monitoring": map[string]any{"enabled": true}},
+		{"uninstall": map[string]any{"configMapName": dashboardConfigMap + "-off"}, "monitoring": map[string]any{"enabled": true}},
+	} {
+		switchName := uninstallConfigMap
+		if u, ok := vals["uninstall"].(map[string]any); ok {
+			switchName = u["configMapName"].(string)
+		}
+		for _, o := range mustRenderChart(t, vals) {
+			if o["kind"] != "ConfigMap" {
+				continue
+			}
+			meta := o["metadata"].(map[string]any)
+			if meta["name"] != dashboardConfigMap {
+				t.Errorf("values %v: the chart renders the ConfigMap %v/%v; its only ConfigMap is the dashboard's", vals, meta["namespace"], meta["name"])
+			}
+			if meta["name"] == switchName {
+				t.Errorf("values %v: the chart renders the uninstall switch %v", vals, switchName)
+			}
 		}
 	}
 }

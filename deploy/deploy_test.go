@@ -409,7 +409,7 @@ var agentFlags = map[string]bool{
 	"peers": true, "prefix": true, "underlay-link": true, "encryption": true, "node-name": true,
 	"protocol": true, "metrics-addr": true, "log-format": true, "allow-shared": true,
 	"secure-metrics-addr": true, "tls-cert-file": true, "tls-key-file": true,
-	"uninstall-configmap": true,
+	"uninstall-configmap": true, "events": true,
 }
 
 // parseArgs checks the container's args — a subcommand, then --flag=value —

@@ -94,12 +94,49 @@ deploy/daemonset.yaml's order.
 {{- with .Values.protocol | toString }}
 - {{ printf "--protocol=%s" . | toJson }}
 {{- end }}
-- --encryption=$(MARKSPLIT_ENCRYPTION)
+- {{ printf "--encryption=%s" .Values.encryption | toJson }}
+- {{ printf "--uninstall-configmap=%s" .Values.uninstall.configMapName | toJson }}
 - {{ printf "--metrics-addr=%s" .Values.metrics.address | toJson }}
+{{- with .Values.metrics.secureAddress }}
+{{- $host := regexReplaceAll ":[0-9]+$" . "" }}
+{{- if eq (regexFind "[0-9]+$" .) (regexFind "[0-9]+$" $.Values.metrics.address) }}
+{{- if has $host (list "" "0.0.0.0" "[::]") }}
+{{- fail (printf "metrics.secureAddress %q listens on every address, metrics.address %q among them: give them two ports" . $.Values.metrics.address) }}
+{{- else if eq $host (regexReplaceAll ":[0-9]+$" $.Values.metrics.address "") }}
+{{- fail (printf "metrics.secureAddress %q is metrics.address: give them two ports" .) }}
+{{- end }}
+{{- end }}
+- {{ printf "--secure-metrics-addr=%s" . | toJson }}
+{{- end }}
+{{- if .Values.metrics.tls.secretName }}
+{{- if not .Values.metrics.secureAddress }}
+{{- fail "metrics.tls.secretName is the certificate of metrics.secureAddress, which is empty: set both, or neither" }}
+{{- end }}
+- --tls-cert-file={{ include "marksplit.tlsDir" . }}/tls.crt
+- --tls-key-file={{ include "marksplit.tlsDir" . }}/tls.key
+{{- end }}
+{{- if not .Values.events.enabled }}
+- --events=false
+{{- end }}
 - {{ printf "--log-format=%s" .Values.logFormat | toJson }}
 {{- range .Values.extraArgs }}
 - {{ toJson . }}
 {{- end }}
+{{- end }}
+
+{{/*
+marksplit.tlsDir is where the Secret metrics.tls.secretName is mounted.
+*/}}
+{{- define "marksplit.tlsDir" -}}
+/etc/marksplit/tls
+{{- end }}
+
+{{/*
+marksplit.securePort is the port of metrics.secureAddress, the container's
+port https-metrics; empty without a secure listener.
+*/}}
+{{- define "marksplit.securePort" -}}
+{{- with .Values.metrics.secureAddress }}{{ regexFind "[0-9]+$" . | int }}{{ end }}
 {{- end }}
 
 {{/*
