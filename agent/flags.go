@@ -55,7 +55,7 @@ type options struct {
 	peer                    netip.Addr // verify only
 	version                 bool
 	allowShared             bool // own a table or priority a known program uses
-	noEvents                bool       // --events=false: no Kubernetes Events on the Node
+	noEvents                bool // --events=false: no Kubernetes Events on the Node
 	// uninstallConfigMap names the uninstall switch; "" for none.
 	uninstallConfigMap string
 }
