@@ -43,11 +43,3 @@ type Op struct {
 	// Repair marks a RouteReplace of a foreign route (reconcile.Desired.Repairs).
 	Repair bool
 }
-
-// family returns the family of the object the operation changes.
-func (o Op) family() Family {
-	if o.Kind == RuleAdd || o.Kind == RuleDelete {
-		return o.Rule.Family
-	}
-	return o.Route.Family
-}

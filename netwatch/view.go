@@ -106,9 +106,6 @@ func (v View) Cached(t Table) bool { return v.tables.has(t) }
 // since. A view that is not synced must not be used to remove anything.
 func (v View) Synced() bool { return v.s != nil && v.s.synced }
 
-// generation counts the changes applied to the cache.
-func (v View) generation() uint64 { return v.s.gen }
-
 // Changed returns a channel that is closed at the first change of the cache
 // after this view; it may be kept after the view is not. A Snapshot's view
 // never changes: its channel is nil, which blocks for ever.
