@@ -65,3 +65,39 @@ func BenchmarkDesiredPeersLargeMain(b *testing.B) {
 		})
 	}
 }
+
+// One pass of the underlay policy (--underlay-link) with 100,000 main
+// routes out of the underlay and the table converged: what every change of
+// the underlay (an MTU toggled, a flag) costs the agent before Plan finds
+// nothing to do.
+func BenchmarkDesiredUnderlay100k(b *testing.B) {
+	s := node()
+	for i := range 100000 {
+		s.Routes = append(s.Routes, netwatch.Route{Family: netwatch.IPv4, Table: netwatch.TableMain,
+			Dst:     netip.PrefixFrom(netip.AddrFrom4([4]byte{11, byte(i >> 16), byte(i >> 8), byte(i)}), 32),
+			Gateway: addr("10.0.0.1"), Index: idxEnp, Protocol: netwatch.Protocol(186), Type: netwatch.RouteUnicast})
+	}
+	cfg := config()
+	cfg.Prefixes, cfg.UnderlayLink = nil, "enp7s0"
+	d, ok := mtupolicy.Desired(s.View(), cfg, mtupolicy.ModeOn)
+	if !ok {
+		b.Fatal("Desired: not ok")
+	}
+	s.Routes = append(s.Routes, d.Routes...)
+	s.Rules = append(s.Rules, d.Rules...)
+	v := s.View()
+	b.Run("Desired", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			mtupolicy.Desired(v, cfg, mtupolicy.ModeOn)
+		}
+	})
+	b.Run("Plan", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if ops, err := reconcile.Plan(v, d); err != nil || len(ops) != 0 {
+				b.Fatalf("Plan: %d ops, %v", len(ops), err)
+			}
+		}
+	})
+}
