@@ -78,7 +78,7 @@ func BenchmarkDesiredUnderlay100k(b *testing.B) {
 			Gateway: addr("10.0.0.1"), Index: idxEnp, Protocol: netwatch.Protocol(186), Type: netwatch.RouteUnicast})
 	}
 	cfg := config()
-	cfg.Prefixes, cfg.UnderlayLink = nil, "enp7s0"
+	cfg.Prefixes, cfg.UnderlayLink, cfg.Repair = nil, "enp7s0", false
 	d, ok := mtupolicy.Desired(s.View(), cfg, mtupolicy.ModeOn)
 	if !ok {
 		b.Fatal("Desired: not ok")

@@ -2,6 +2,7 @@ package mtupolicy
 
 import (
 	"fmt"
+	"iter"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -174,12 +175,12 @@ func (c Config) rule(f netwatch.Family) netwatch.Rule {
 }
 
 func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *reconcile.Desired) {
-	mains := c.candidates(v, f)
-
-	split := make([]netwatch.Route, 0, len(mains))
+	// The table routes go straight into d.Routes: with --underlay-link a
+	// pass over a full table copies each route once, not three times.
+	start := len(d.Routes)
 	var rest []netwatch.Route
-	keys := make(map[netwatch.RouteKey]bool, len(mains))
-	for _, r := range mains {
+	srcs := make(map[uint32][]netwatch.Addr) // SourceAddrs by link, asked once per pass
+	for r := range c.candidates(v, f, d) {
 		out, ok := c.selects(v, r, tun)
 		if !ok {
 			rest = append(rest, r)
@@ -194,24 +195,31 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 			Metric:   r.Metric,
 			Gateway:  r.Gateway,
 			Index:    r.Index,
-			PrefSrc:  prefSrc(v, r),
+			PrefSrc:  prefSrcOf(srcs, v, r),
 			MTU:      TableMTU(tun, out),
 			Protocol: c.Protocol,
 			Scope:    r.Scope,
 			Type:     netwatch.RouteUnicast,
 			Flags:    r.Flags,
 		}.Clean()
-		keys[t.Key()] = true // one per main key, which are unique
-		split = append(split, t)
+		d.Routes = append(d.Routes, t)
 		if c.Repair && r.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU {
 			d.Repairs = append(d.Repairs, repair(r))
 		}
 	}
+	split := d.Routes[start:]
 	if len(split) == 0 {
 		return
 	}
 	lo := loopback(v)
 	var throws []netwatch.Route
+	var keys map[netwatch.RouteKey]bool // of split and throws: one route per key
+	if len(rest) > 0 {
+		keys = make(map[netwatch.RouteKey]bool, len(split))
+		for _, t := range split {
+			keys[t.Key()] = true // one per main key, which are unique
+		}
+	}
 	for _, m := range rest {
 		t := netwatch.Route{
 			Family:   m.Family,
@@ -233,49 +241,51 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 		keys[t.Key()] = true
 		throws = append(throws, t)
 	}
-	d.Routes = append(d.Routes, split...)
 	d.Routes = append(d.Routes, throws...)
 	d.Rules = append(d.Rules, c.rule(f))
 }
 
-// candidates returns the main routes of family f that the split may
-// select, the first of each key (the one the kernel uses), sorted by key:
-// those inside cfg.Prefixes, found without walking the rest of a full
-// table, or with cfg.UnderlayLink every main route. A route a table route
-// covers lies inside the prefix that table route lies in, so the throws
-// need nothing else.
-func (c Config) candidates(v netwatch.View, f netwatch.Family) []netwatch.Route {
-	seen := make(map[netwatch.RouteKey]bool)
-	var mains []netwatch.Route
-	add := func(r netwatch.Route) {
-		if k := r.Key(); !seen[k] {
-			seen[k] = true
-			mains = append(mains, v.Route(k)[0])
+// candidates yields the main routes of family f that the split may select,
+// the first of each key (the one the kernel uses): those inside
+// cfg.Prefixes, found without walking the rest of a full table, sorted by
+// key, or with cfg.UnderlayLink every main route, in the table's order
+// (which Plan does not depend on). It grows d.Routes for them. A route a
+// table route covers lies inside the prefix that table route lies in, so
+// the throws need nothing else.
+func (c Config) candidates(v netwatch.View, f netwatch.Family, d *reconcile.Desired) iter.Seq[netwatch.Route] {
+	if c.UnderlayLink != "" {
+		// Every main route is a candidate, and the first route of each
+		// key is the one the table yields first.
+		d.Routes = slices.Grow(d.Routes, v.RouteCount(f))
+		return func(yield func(netwatch.Route) bool) {
+			var last netwatch.RouteKey
+			first := true
+			for r := range v.Routes(f, netwatch.TableMain) {
+				if k := r.Key(); first || k != last {
+					first, last = false, k
+					if !yield(r) {
+						return
+					}
+				}
+			}
 		}
 	}
-	if c.UnderlayLink != "" {
-		// Every main route is a candidate: sized once, and the first
-		// route of each key is the one the table yields first.
-		mains = make([]netwatch.Route, 0, v.RouteCount(f))
-		var last netwatch.RouteKey
-		for r := range v.Routes(f, netwatch.TableMain) {
-			if k := r.Key(); len(mains) == 0 || k != last {
-				mains, last = append(mains, r), k
-			}
+	seen := make(map[netwatch.RouteKey]bool)
+	var mains []netwatch.Route
+	for _, p := range c.Prefixes {
+		if netwatch.FamilyOf(p.Addr()) != f {
+			continue
 		}
-		return mains // in the table's order, which Plan does not depend on
-	} else {
-		for _, p := range c.Prefixes {
-			if netwatch.FamilyOf(p.Addr()) != f {
-				continue
-			}
-			for r := range v.RoutesWithin(netwatch.TableMain, p) {
-				add(r)
+		for r := range v.RoutesWithin(netwatch.TableMain, p) {
+			if k := r.Key(); !seen[k] {
+				seen[k] = true
+				mains = append(mains, v.Route(k)[0])
 			}
 		}
 	}
 	slices.SortFunc(mains, func(a, b netwatch.Route) int { return a.Key().Compare(b.Key()) })
-	return mains
+	d.Routes = slices.Grow(d.Routes, len(mains))
+	return slices.Values(mains)
 }
 
 // selects reports whether the main-table route r is split, and its
@@ -325,11 +335,25 @@ func unencrypted(dst netip.Prefix) bool {
 // first global one, in View.SourceAddrs's order; none (the kernel chooses)
 // when the link has no usable address (netwatch.Addr.Usable).
 func prefSrc(v netwatch.View, r netwatch.Route) netip.Addr {
+	return prefSrcOf(nil, v, r)
+}
+
+// prefSrcOf is prefSrc with the SourceAddrs of each link kept in srcs (when
+// not nil) for the next route out of it: a table of 100,000 routes out of
+// one link asks once.
+func prefSrcOf(srcs map[uint32][]netwatch.Addr, v netwatch.View, r netwatch.Route) netip.Addr {
 	if r.PrefSrc.IsValid() {
 		return r.PrefSrc
 	}
+	as, ok := srcs[r.Index]
+	if !ok {
+		as = v.SourceAddrs(r.Index, r.Family)
+		if srcs != nil {
+			srcs[r.Index] = as
+		}
+	}
 	var inDst, byGW, global netip.Addr
-	for _, a := range v.SourceAddrs(r.Index, r.Family) {
+	for _, a := range as {
 		ip := a.Prefix.Addr()
 		if a.Flags&netwatch.AddrSecondary != 0 {
 			continue

@@ -293,27 +293,30 @@ func checkRule(r netwatch.Rule) error {
 }
 
 func (p *planner) planRoutes(v netwatch.View) {
-	keys := make(map[netwatch.RouteKey]bool)
+	// The keys of owned tables that nothing desires are few (none, once
+	// converged): only they are collected, not every key of a table.
+	var extra map[netwatch.RouteKey]bool
 	for t := range p.tables {
 		for r := range v.Routes(t.Family, t.Table) {
-			keys[r.Key()] = true
-		}
-	}
-	for k := range p.routes {
-		keys[k] = true
-	}
-	for k := range keys {
-		cur := v.Route(k)
-		want, ok := p.routes[k]
-		if !ok {
-			// Deleting in kernel order removes the first route with the
-			// key each time: the one named.
-			for _, r := range cur {
-				p.routeDel = append(p.routeDel, netwatch.Op{Kind: netwatch.RouteDelete, Route: r})
+			if k := r.Key(); !extra[k] {
+				if _, ok := p.routes[k]; !ok {
+					if extra == nil {
+						extra = make(map[netwatch.RouteKey]bool)
+					}
+					extra[k] = true
+				}
 			}
-			continue
 		}
-		p.planKey(k, cur, want)
+	}
+	for k := range extra {
+		// Deleting in kernel order removes the first route with the key
+		// each time: the one named.
+		for _, r := range v.Route(k) {
+			p.routeDel = append(p.routeDel, netwatch.Op{Kind: netwatch.RouteDelete, Route: r})
+		}
+	}
+	for k, want := range p.routes {
+		p.planKey(k, v.Route(k), want)
 	}
 }
 
@@ -336,6 +339,9 @@ func (p *planner) planKey(k netwatch.RouteKey, cur []netwatch.Route, want netwat
 			}
 		}
 		first = append(first, op)
+	}
+	if len(first) == 0 && len(dels) == 0 {
+		return // the kernel has the desired route alone: the converged case
 	}
 	if got := simulateRoutes(cur, append(slices.Clone(first), dels...)); len(got) == 1 && want.Matches(got[0]) {
 		if len(first) > 0 {

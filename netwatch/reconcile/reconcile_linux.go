@@ -304,15 +304,16 @@ func (r *Reconciler) newLoop() (*loop, error) {
 	return l, nil
 }
 
-// Passes whose policy and plan are expensive (a large table: 160 ms for a
-// change of a link with 100,000 routes through it) are spaced so that they
-// take at most a fifth of a CPU, however often the kernel changes: the next
-// pass begins planSpacing times their cost after the last began, but never
-// more than maxSpacing after it, so that a repair still waits less than a
-// second.
+// Passes whose policy and plan are expensive (a large table: a few hundred
+// milliseconds for a change of a link with 100,000 routes through it) are
+// spaced so that they take at most a fifth of a CPU, however often the
+// kernel changes: the next pass begins planSpacing times their cost after
+// the last began. Only a stream of changes waits so: a change after a pause
+// longer than that is taken at once. maxSpacing bounds the wait of a repair
+// in the middle of such a stream, whatever a pass cost.
 const (
 	planSpacing = 5
-	maxSpacing  = 800 * time.Millisecond
+	maxSpacing  = 10 * time.Second
 )
 
 // spacing is how long after the last pass began the next may begin without

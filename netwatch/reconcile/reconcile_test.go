@@ -709,13 +709,14 @@ func TestReconcilerFlushIsOneFight(t *testing.T) {
 // TestReconcilerSpacing: an expensive plan spaces the passes after it, so
 // that a program changing the kernel without pause (an MTU toggled in a
 // loop, with 100,000 routes through the link) cannot keep the agent busy;
-// a cheap one leaves the coalescing window alone, and no spacing exceeds
-// what keeps a repair under a second.
+// a cheap one leaves the coalescing window alone, an expensive one takes
+// at most a fifth of a CPU, and no spacing exceeds maxSpacing.
 func TestReconcilerSpacing(t *testing.T) {
 	for _, tc := range []struct{ plan, want time.Duration }{
 		{100 * time.Microsecond, defaultCoalesce},
 		{10 * time.Millisecond, 50 * time.Millisecond},
-		{160 * time.Millisecond, maxSpacing},
+		{160 * time.Millisecond, 800 * time.Millisecond},
+		{700 * time.Millisecond, 3500 * time.Millisecond},
 		{3 * time.Second, maxSpacing},
 	} {
 		l := &loop{window: defaultCoalesce, lastPlan: tc.plan}
