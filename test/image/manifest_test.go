@@ -21,7 +21,8 @@ var manifestPath = filepath.Join("..", "..", "deploy", "daemonset.yaml")
 // pod settings that decide how the container runs.
 type pod struct {
 	hostNetwork bool
-	grace       int64 // terminationGracePeriodSeconds
+	namespace   string // the DaemonSet's, the pod's
+	grace       int64  // terminationGracePeriodSeconds
 	container   corev1.Container
 }
 
@@ -39,7 +40,7 @@ func readPod(t testing.TB) pod {
 	if len(spec.Containers) != 1 {
 		t.Fatalf("%s: %d containers, want 1", manifestPath, len(spec.Containers))
 	}
-	p := pod{hostNetwork: spec.HostNetwork, grace: 30, container: spec.Containers[0]}
+	p := pod{hostNetwork: spec.HostNetwork, namespace: ds.Namespace, grace: 30, container: spec.Containers[0]}
 	if g := spec.TerminationGracePeriodSeconds; g != nil {
 		p.grace = *g
 	}
@@ -80,9 +81,11 @@ func expand(s string, env map[string]string) string {
 	return b.String()
 }
 
-// containerEnv is c's environment as the kubelet sets it on node nodeName,
-// in order: values may refer to variables defined before them.
-func containerEnv(c corev1.Container, nodeName string) (map[string]string, []string, error) {
+// containerEnv is the environment of p's container as the kubelet sets it
+// on node nodeName, in order: values may refer to variables defined before
+// them.
+func (p pod) containerEnv(nodeName string) (map[string]string, []string, error) {
+	c := p.container
 	env := map[string]string{}
 	var list []string
 	for _, e := range c.Env {
@@ -92,8 +95,10 @@ func containerEnv(c corev1.Container, nodeName string) (map[string]string, []str
 			v = expand(e.Value, env)
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
 			v = nodeName
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			v = p.namespace
 		default:
-			return nil, nil, fmt.Errorf("env %s: only values and spec.nodeName are modelled here", e.Name)
+			return nil, nil, fmt.Errorf("env %s: only values, spec.nodeName and metadata.namespace are modelled here", e.Name)
 		}
 		env[e.Name] = v
 		list = append(list, e.Name+"="+v)
@@ -103,7 +108,7 @@ func containerEnv(c corev1.Container, nodeName string) (map[string]string, []str
 
 // policyFlags are the agent flags that need a cluster or a real node's
 // network; clusterless replaces them.
-var policyFlags = []string{"prefix", "peers", "underlay-link", "encryption", "node-name"}
+var policyFlags = []string{"prefix", "peers", "underlay-link", "encryption", "node-name", "secure-metrics-addr"}
 
 // clusterlessPolicy is the policy of a cluster-less run on the seed
 // topology: its private network, on an encrypting node.
@@ -166,7 +171,7 @@ func TestClusterless(t *testing.T) {
 // without running anything: the args expand and keep their non-policy flags.
 func TestManifestArgs(t *testing.T) {
 	p := readPod(t)
-	env, _, err := containerEnv(p.container, "node-a")
+	env, _, err := p.containerEnv("node-a")
 	if err != nil {
 		t.Fatal(err)
 	}

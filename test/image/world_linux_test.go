@@ -216,7 +216,7 @@ func lastLines(b []byte, n int) string {
 // cluster-less policy (doc.go) and the kubelet's mounts.
 func (w *world) agentRun() run {
 	c := w.pod.container
-	envMap, env, err := containerEnv(c, "image-test-node")
+	envMap, env, err := w.pod.containerEnv("image-test-node")
 	if err != nil {
 		w.t.Fatal(err)
 	}
