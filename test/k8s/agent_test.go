@@ -95,6 +95,22 @@ func (c *cluster) launch(t *testing.T, n *node, name string, args []string, env 
 	return &agent{proc: p, c: c, name: name, sa: sa, token: token, auditFrom: len(before)}
 }
 
+// encrypting makes a new node whose CiliumNode encrypts (key 255), starts
+// an agent for it as startAgent does, and waits for the split.
+func (c *cluster) encrypting(t *testing.T, ctx context.Context) (*node, string, *agent) {
+	t.Helper()
+	n := c.newNode(t)
+	name := c.nodeName()
+	if err := c.admin.createCiliumNode(ctx, name, 255); err != nil {
+		t.Fatal(err)
+	}
+	a := c.startAgent(t, n, name)
+	eventually(t, watchDeadline, "split with key 255", func() error {
+		return firstErr(a.alive(), n.splitOn())
+	})
+	return n, name, a
+}
+
 // finish stops the agent and checks how it ended and what it was denied.
 func (a *agent) finish(t *testing.T) {
 	t.Helper()
@@ -259,16 +275,8 @@ func TestKernelK8sEncryptionFollowsCiliumNode(t *testing.T) {
 // when it is back the agent's watch resumes.
 func TestKernelK8sAPIServerDownAndBack(t *testing.T) {
 	c := need(t)
-	n := c.newNode(t)
-	name := c.nodeName()
 	ctx := ctxFor(t, 5*time.Minute)
-	if err := c.admin.createCiliumNode(ctx, name, 255); err != nil {
-		t.Fatal(err)
-	}
-	a := c.startAgent(t, n, name)
-	eventually(t, watchDeadline, "split with key 255", func() error {
-		return firstErr(a.alive(), n.splitOn())
-	})
+	n, name, a := c.encrypting(t, ctx)
 
 	c.stopAPIServer()
 	t.Cleanup(func() { c.ensureAPIServer(t) })
@@ -306,16 +314,8 @@ func TestKernelK8sAPIServerDownAndBack(t *testing.T) {
 // agent reads the new one and keeps following its CiliumNode.
 func TestKernelK8sTokenRotation(t *testing.T) {
 	c := need(t)
-	n := c.newNode(t)
-	name := c.nodeName()
 	ctx := ctxFor(t, 5*time.Minute)
-	if err := c.admin.createCiliumNode(ctx, name, 255); err != nil {
-		t.Fatal(err)
-	}
-	a := c.startAgent(t, n, name)
-	eventually(t, watchDeadline, "split with key 255", func() error {
-		return firstErr(a.alive(), n.splitOn())
-	})
+	n, name, a := c.encrypting(t, ctx)
 
 	// Re-creating the ServiceAccount (same name, new UID) invalidates every
 	// token issued for the old one.

@@ -121,16 +121,8 @@ func (n *node) fight(t *testing.T, a *agent, undos int) {
 // repeated fight is one Event whose series counts the fights.
 func TestKernelK8sEventsOnNode(t *testing.T) {
 	c := need(t)
-	n := c.newNode(t)
-	name := c.nodeName()
 	ctx := ctxFor(t, 5*time.Minute)
-	if err := c.admin.createCiliumNode(ctx, name, 255); err != nil {
-		t.Fatal(err)
-	}
-	a := c.startAgent(t, n, name)
-	eventually(t, watchDeadline, "split with key 255", func() error {
-		return firstErr(a.alive(), n.splitOn())
-	})
+	n, name, a := c.encrypting(t, ctx)
 	eventually(t, watchDeadline, "a SplitInstalled Event", func() error {
 		return c.admin.eventWith(ctx, name, "SplitInstalled", 1)
 	})
@@ -204,16 +196,8 @@ func TestKernelK8sEventsOnNode(t *testing.T) {
 // writes at most.
 func TestKernelK8sEventsRateLimited(t *testing.T) {
 	c := need(t)
-	n := c.newNode(t)
-	name := c.nodeName()
 	ctx := ctxFor(t, 5*time.Minute)
-	if err := c.admin.createCiliumNode(ctx, name, 255); err != nil {
-		t.Fatal(err)
-	}
-	a := c.startAgent(t, n, name)
-	eventually(t, watchDeadline, "split with key 255", func() error {
-		return firstErr(a.alive(), n.splitOn())
-	})
+	n, name, a := c.encrypting(t, ctx)
 	eventually(t, watchDeadline, "a SplitInstalled Event", func() error {
 		return c.admin.eventWith(ctx, name, "SplitInstalled", 1)
 	})

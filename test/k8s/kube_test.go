@@ -193,6 +193,8 @@ func collectionPath(o object) (string, error) {
 		return "/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns + "/roles", nil
 	case "rbac.authorization.k8s.io/v1 RoleBinding":
 		return "/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns + "/rolebindings", nil
+	case "apps/v1 DaemonSet":
+		return "/apis/apps/v1/namespaces/" + ns + "/daemonsets", nil
 	}
 	return "", fmt.Errorf("%s %s/%s: kind not supported by the harness", o.APIVersion, o.Kind, o.Metadata.Name)
 }

@@ -85,19 +85,11 @@ func (d deployed) policyArgs() []string {
 	return out
 }
 
-// manifestPath is the REST path of o (the harness's kinds and a DaemonSet).
-func manifestPath(o object) (string, error) {
-	if o.APIVersion == "apps/v1" && o.Kind == "DaemonSet" {
-		return "/apis/apps/v1/namespaces/" + o.Metadata.Namespace + "/daemonsets/" + o.Metadata.Name, nil
-	}
-	return objectPath(o)
-}
-
 // apply applies o as `kubectl apply --server-side` does: a PATCH of the
 // whole object as the manifest has it, field manager kubectl, no force. A
 // conflict (409) fails.
 func (k *kube) apply(ctx context.Context, o object) error {
-	p, err := manifestPath(o)
+	p, err := objectPath(o)
 	if err != nil {
 		return err
 	}
@@ -106,24 +98,6 @@ func (k *kube) apply(ctx context.Context, o object) error {
 		err = fmt.Errorf("apply %s %s: status %d: %s", o.Kind, o.Metadata.Name, code, bytes.TrimSpace(b))
 	}
 	return err
-}
-
-// deleteObject deletes o and waits until it is gone.
-func (k *kube) deleteObject(ctx context.Context, o object) error {
-	p, err := manifestPath(o)
-	if err != nil {
-		return err
-	}
-	if _, err := k.must(ctx, http.StatusOK, "DELETE", p, nil); err != nil {
-		return err
-	}
-	return poll(ctx, 50*time.Millisecond, func() error {
-		code, _, err := k.do(ctx, "GET", p, nil)
-		if err == nil && code != http.StatusNotFound {
-			err = fmt.Errorf("GET %s: %d after delete", p, code)
-		}
-		return err
-	})
 }
 
 // createSwitch is `kubectl -n kube-system create configmap marksplit-uninstall`.
@@ -587,7 +561,7 @@ func TestKernelK8sUninstallDocumented(t *testing.T) {
 		a.stopNow(t)
 	}
 	for i := len(manifests) - 1; i >= 0; i-- {
-		if err := c.admin.deleteObject(ctx, manifests[i]); err != nil {
+		if err := c.admin.delete(ctx, manifests[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -613,7 +587,7 @@ func TestKernelK8sUninstallDocumented(t *testing.T) {
 }
 
 func mustPath(t *testing.T, o object) string {
-	p, err := manifestPath(o)
+	p, err := objectPath(o)
 	if err != nil {
 		t.Fatal(err)
 	}
