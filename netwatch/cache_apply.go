@@ -17,9 +17,11 @@ type redumps struct {
 	// change can have changed, without reading a full table.
 	out   [2][]uint32
 	rules bool // the rules of both families
-	// later are links whose carrier came back: their IPv6 routes are
-	// read again once more, after recheckDelay (see applyLink).
-	later []uint32
+	// later are links whose routes of a family (by fi(f)) are read again
+	// once more, after recheckDelay: what the kernel changes on a link
+	// event in the same notifier chain as the event, after it (see
+	// applyLink).
+	later [2][]uint32
 }
 
 // any reports whether anything is to be read again.
@@ -33,6 +35,11 @@ func (r *redumps) add(o redumps) {
 		r.routes[f] = r.routes[f] || o.routes[f]
 		for _, i := range o.out[f] {
 			r.addOut(f, i)
+		}
+		for _, i := range o.later[f] {
+			if !slices.Contains(r.later[f], i) {
+				r.later[f] = append(r.later[f], i)
+			}
 		}
 	}
 	r.rules = r.rules || o.rules
@@ -95,31 +102,30 @@ func (s *state) applyLink(ev *change) (changed bool, redump redumps) {
 	switch {
 	case !had:
 	case old.Flags != ev.Link.Flags || old.OperState != ev.Link.OperState:
+		// The kernel sets and clears the linkdown and dead flags of the
+		// link's routes (fib_sync_up/down, rt6_sync_up/down) in the same
+		// netdev notifier chain that sends this RTM_NEWLINK, which route
+		// dumps no longer wait for (they take no RTNL lock): a re-read now
+		// can overtake the change, so the link's routes are read now and
+		// once more later.
 		s.redumpOut(&redump, idx)
-		if old.Flags&LinkLowerUp == 0 && ev.Link.Flags&LinkLowerUp != 0 {
-			// IPv6 may clear linkdown on the link's routes later, and
-			// not always with an event (seen on a bridge): look again.
-			if s.linkUsed(fi(IPv6), idx) {
-				redump.later = append(redump.later, idx)
-			}
-		}
+		s.recheckOut(&redump, idx, fi(IPv4), fi(IPv6))
 	case old.MTU != ev.Link.MTU:
 		// The kernel changes IPv6 routes' MTUs with their link's; an IPv4
 		// route keeps its own (checked on 6.18): a program toggling a
 		// link's MTU costs no dump of the IPv4 routes through it.
 		s.redumpOutFamily(&redump, idx, fi(IPv6))
+		s.recheckOut(&redump, idx, fi(IPv6))
 	case ev.Link.Flags&LinkLowerUp != 0:
-		// Nothing the cache holds changed, but IPv6 may have cleared
-		// linkdown on the link's routes only now: addrconf does it on
-		// the NETDEV_CHANGE that finds the link ready, which can come
+		// Nothing the cache holds changed, but the kernel may have
+		// cleared linkdown on the link's routes only now: addrconf does it
+		// on the NETDEV_CHANGE that finds the link ready, which can come
 		// after the one that brought the carrier (the kernel announces
-		// each with the same RTM_NEWLINK), and since IPv6 route dumps
-		// no longer wait for the RTNL lock that notifier chain holds, the
-		// re-read can overtake it: look once more later, too.
+		// each with the same RTM_NEWLINK), and a carrier that flapped
+		// faster than linkwatch reports leaves IPv4's flags to the same
+		// event. IPv6 is read now, both families once more later.
 		s.redumpOutFamily(&redump, idx, fi(IPv6))
-		if s.linkUsed(fi(IPv6), idx) {
-			redump.later = append(redump.later, idx)
-		}
+		s.recheckOut(&redump, idx, fi(IPv4), fi(IPv6))
 	}
 	return !had || old != ev.Link, redump
 }
@@ -129,6 +135,16 @@ func (s *state) applyLink(ev *change) (changed bool, redump redumps) {
 func (s *state) redumpOut(redump *redumps, index uint32) {
 	for f := range s.tables {
 		s.redumpOutFamily(redump, index, f)
+	}
+}
+
+// recheckOut marks the routes out of link index of each family (an index
+// of s.tables) that the cache has for a re-read after recheckDelay.
+func (s *state) recheckOut(redump *redumps, index uint32, families ...int) {
+	for _, f := range families {
+		if s.linkUsed(f, index) {
+			redump.later[f] = append(redump.later[f], index)
+		}
 	}
 }
 

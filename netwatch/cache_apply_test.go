@@ -2,6 +2,7 @@ package netwatch
 
 import (
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -74,6 +75,52 @@ func TestMergeOut(t *testing.T) {
 		}
 		if news != c.news || dels != c.dels {
 			t.Errorf("%s: %d new and %d deleted events, want %d and %d", c.name, news, dels, c.news, c.dels)
+		}
+	}
+}
+
+// TestLinkEventRechecks: a link event asks for the routes out of the link
+// now and once more later (the kernel changes their flags and MTUs in the
+// notifier chain that sends the event, which a re-read can overtake), per
+// family as the event can change them, and a batch of events keeps every
+// later re-read (it lost them, and a stale linkdown stayed in the cache).
+func TestLinkEventRechecks(t *testing.T) {
+	const idx = 7
+	link := Link{Index: idx, Name: "br0", MTU: 1500, Flags: LinkUp | LinkLowerUp}
+	newCache := func() *state {
+		s := newState()
+		s.apply(&change{Event: Event{Kind: KindLink, Link: link}})
+		for _, dst := range []string{"10.7.0.0/24", "fd07::/64"} {
+			p := netip.MustParsePrefix(dst)
+			f := FamilyOf(p.Addr())
+			s.apply(&change{Event: Event{Kind: KindRoute, Route: Route{Family: f, Table: TableMain, Dst: p,
+				Index: idx, Type: RouteUnicast, Scope: ScopeLink}}})
+		}
+		return s
+	}
+	both := [2][]uint32{{idx}, {idx}}
+	for _, c := range []struct {
+		name      string
+		change    func(l *Link)
+		now, want [2][]uint32
+	}{
+		{"carrier lost", func(l *Link) { l.Flags &^= LinkLowerUp }, both, both},
+		{"MTU", func(l *Link) { l.MTU = 1400 }, [2][]uint32{nil, {idx}}, [2][]uint32{nil, {idx}}},
+		{"unchanged, with carrier", func(*Link) {}, [2][]uint32{nil, {idx}}, both},
+	} {
+		s := newCache()
+		l := link
+		c.change(&l)
+		_, rd := s.apply(&change{Event: Event{Kind: KindLink, Link: l}})
+		if !reflect.DeepEqual(rd.out, c.now) || !reflect.DeepEqual(rd.later, c.want) {
+			t.Errorf("%s: re-read now %v and later %v, want %v and %v", c.name, rd.out, rd.later, c.now, c.want)
+		}
+		var batch redumps
+		batch.add(redumps{})
+		batch.add(rd)
+		batch.add(rd)
+		if !reflect.DeepEqual(batch.later, c.want) {
+			t.Errorf("%s: a batch keeps %v to re-read later, want %v", c.name, batch.later, c.want)
 		}
 	}
 }

@@ -132,8 +132,8 @@ type Watcher struct {
 	// rechecks are links whose IPv6 routes are due to be read again
 	// (recheckLater); guarded by recheckMu.
 	recheckMu   sync.Mutex
-	rechecks    []uint32
-	recheckWait map[uint32]bool // links in a timer or in rechecks
+	rechecks    []linkFamily
+	recheckWait map[linkFamily]bool // in a timer or in rechecks
 	kickMu      sync.Mutex
 	kick        rtnl.Conn // the multicast conn to interrupt, while a session runs
 	kickGen     uint64    // counts the changes of kick
@@ -247,27 +247,36 @@ func (w *Watcher) Stats() Stats {
 	return s
 }
 
-// recheckDelay is how long after a link's carrier comes back its IPv6
-// routes are read once more: addrconf clears their linkdown flags when it
-// finds the link ready, which linkwatch may report up to a second later,
-// and not always with an event.
+// recheckDelay is how long after a link event its routes are read once
+// more (see applyLink): the kernel changes them in the notifier chain that
+// sent the event, which linkwatch may run up to a second later for a
+// carrier change, and not always with an event of its own.
 const recheckDelay = 1500 * time.Millisecond
 
-// recheckLater has the receive loop read the IPv6 routes out of links
-// again after recheckDelay. A link already waiting for its re-read is not
+// linkFamily names the routes of one family (an index of state.tables) out
+// of one link.
+type linkFamily struct {
+	f     int
+	index uint32
+}
+
+// recheckLater has the receive loop read the routes in later (by family)
+// again after recheckDelay. Routes already waiting for their re-read are not
 // added again, so a stream of link events costs one timer and one re-read
-// per link and delay, however many events there are.
-func (w *Watcher) recheckLater(links []uint32) {
+// per link, family and delay, however many events there are.
+func (w *Watcher) recheckLater(later [2][]uint32) {
 	w.recheckMu.Lock()
 	defer w.recheckMu.Unlock()
 	if w.recheckWait == nil {
-		w.recheckWait = make(map[uint32]bool)
+		w.recheckWait = make(map[linkFamily]bool)
 	}
-	var add []uint32
-	for _, idx := range links {
-		if !w.recheckWait[idx] {
-			w.recheckWait[idx] = true
-			add = append(add, idx)
+	var add []linkFamily
+	for f, links := range later {
+		for _, idx := range links {
+			if lf := (linkFamily{f, idx}); !w.recheckWait[lf] {
+				w.recheckWait[lf] = true
+				add = append(add, lf)
+			}
 		}
 	}
 	if len(add) == 0 {
@@ -281,16 +290,16 @@ func (w *Watcher) recheckLater(links []uint32) {
 	})
 }
 
-// takeRechecks returns the links due for a re-read, and forgets them.
-func (w *Watcher) takeRechecks() []uint32 {
+// takeRechecks returns the routes due for a re-read, and forgets them.
+func (w *Watcher) takeRechecks() []linkFamily {
 	w.recheckMu.Lock()
 	defer w.recheckMu.Unlock()
-	links := w.rechecks
+	due := w.rechecks
 	w.rechecks = nil
-	for _, idx := range links {
-		delete(w.recheckWait, idx)
+	for _, lf := range due {
+		delete(w.recheckWait, lf)
 	}
-	return links
+	return due
 }
 
 func (w *Watcher) interrupt() {
@@ -462,12 +471,12 @@ func (s *receiveLoop) run(ctx context.Context) error {
 			}
 			continue
 		}
-		for _, idx := range w.takeRechecks() {
+		for _, lf := range w.takeRechecks() {
 			w.mu.RLock()
-			_, ok := w.st.links[idx]
+			_, ok := w.st.links[lf.index]
 			w.mu.RUnlock()
 			if ok {
-				s.pending.addOut(fi(IPv6), idx)
+				s.pending.addOut(lf.f, lf.index)
 			}
 		}
 		if s.pending.any() {
@@ -510,7 +519,7 @@ func (s *receiveLoop) receive() (drained bool, recvErr error) {
 	if len(s.batch) > 0 {
 		rd := s.w.applyBatch(s.batch)
 		s.pending.add(rd)
-		if len(rd.later) > 0 {
+		if len(rd.later[0]) > 0 || len(rd.later[1]) > 0 {
 			s.w.recheckLater(rd.later)
 		}
 	}
