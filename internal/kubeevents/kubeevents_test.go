@@ -241,6 +241,8 @@ func start(t *testing.T, node string, tweak func(*Config)) *harness {
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	for {
 		err := cond()
 		if err == nil {
@@ -249,7 +251,7 @@ func eventually(t *testing.T, what string, cond func() error) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %v", what, err)
 		}
-		time.Sleep(time.Millisecond) // a poll interval, not a wait for something
+		<-tick.C
 	}
 }
 
@@ -594,9 +596,10 @@ func TestHostile(t *testing.T) {
 			return true
 		})
 		h.r.Record(Warning, "SplitFight", "Repair", "x")
-		eventually(t, "a failure", func() error {
-			if st := h.r.Stats(); st.Failed != 1 {
-				return fmt.Errorf("%+v", st)
+		// The failure is counted before it is logged: wait for both.
+		eventually(t, "a failure, logged", func() error {
+			if st := h.r.Stats(); st.Failed != 1 || !strings.Contains(h.log.String(), "500 Internal Server Error") {
+				return fmt.Errorf("%+v, log %.200q", st, h.log.String())
 			}
 			return nil
 		})
