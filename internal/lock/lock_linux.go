@@ -44,9 +44,17 @@ func (e *HeldError) Error() string { return e.msg }
 type Lock struct {
 	ln   *net.UnixListener
 	done chan struct{}
-	// ignored names the lock sockets of unprivileged users that were
-	// passed over, for a warning.
-	ignored []string
+	// ignored names the first maxNamed lock sockets of unprivileged users
+	// that were passed over, for a warning; ignoredN counts them all.
+	ignored  []string
+	ignoredN int
+}
+
+// ignore notes a lock socket of an unprivileged user, passed over.
+func (l *Lock) ignore(name string, uid uint32) {
+	if l.ignoredN++; len(l.ignored) < maxNamed {
+		l.ignored = append(l.ignored, fmt.Sprintf("%q (uid %d)", name, uid))
+	}
 }
 
 // Release gives the lock up and waits for its goroutine; it is safe twice.
@@ -62,7 +70,11 @@ func (l *Lock) Warning() string {
 	if len(l.ignored) == 0 {
 		return ""
 	}
-	return "ignored lock sockets held by unprivileged users (only a marksplit run by root, or by this user, keeps a table or a priority): " + strings.Join(l.ignored, ", ")
+	more := ""
+	if n := l.ignoredN - len(l.ignored); n > 0 {
+		more = fmt.Sprintf(" and %d more", n)
+	}
+	return "ignored lock sockets held by unprivileged users (only a marksplit run by root, or by this user, keeps a table or a priority): " + strings.Join(l.ignored, ", ") + more
 }
 
 // Claim claims table t and priority p in the network namespace the
@@ -94,7 +106,7 @@ func Claim(t, p uint32) (*Lock, error) {
 			continue
 		}
 		if s.uidKnown && s.uid != 0 && s.uid != me {
-			l.ignored = append(l.ignored, fmt.Sprintf("%q (uid %d)", s.name, s.uid))
+			l.ignore(s.name, s.uid)
 			continue
 		}
 		h, alive := askHolder(s.name)
@@ -102,7 +114,7 @@ func Claim(t, p uint32) (*Lock, error) {
 		case !alive:
 			continue // gone since the list
 		case h.uidKnown && h.uid != 0 && h.uid != me:
-			l.ignored = append(l.ignored, fmt.Sprintf("%q (uid %d)", s.name, h.uid))
+			l.ignore(s.name, h.uid)
 			continue
 		case h.marksplit && (h.since > since || h.since == since && s.name > name):
 			continue // it came after us, and yields
@@ -160,6 +172,8 @@ type lockHolder struct {
 	uidKnown  bool
 	comm      string
 	marksplit bool  // it answered as a marksplit does
+	silent    bool  // it said nothing within lockTimeout
+	stopped   bool  // silent, and its process is stopped (SIGSTOP) or traced
 	since     int64 // when it took the lock (a legacy holder: 0)
 	err       error // why it is not known
 }
@@ -197,8 +211,12 @@ func askHolder(name string) (h lockHolder, alive bool) {
 	case strings.HasPrefix(line, lockGreeting):
 		h.since, err = strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(line, lockGreeting)), 10, 64)
 		h.marksplit = err == nil
-	case line != "" || errors.Is(err, os.ErrDeadlineExceeded):
-		// Not a marksplit: it says something else, or nothing at all.
+	case line == "" && errors.Is(err, os.ErrDeadlineExceeded):
+		// Nothing at all: stopped, hung, or not a marksplit.
+		h.silent = true
+		h.stopped = h.pid != 0 && stopped(h.pid)
+	case line != "":
+		// Not a marksplit: it says something else.
 	case strings.HasPrefix(name, legacyTablePrefix):
 		// An earlier version closes at once without a word.
 		h.marksplit = true
@@ -208,6 +226,20 @@ func askHolder(name string) (h lockHolder, alive bool) {
 		return h, false
 	}
 	return h, true
+}
+
+// stopped reports whether process pid is stopped or traced: the state in
+// /proc/PID/stat, after the command's closing parenthesis.
+func stopped(pid int32) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] == 'T' || b[i+2] == 't'
 }
 
 // heldMessage is the one line that says which process holds what.
@@ -223,8 +255,17 @@ func heldMessage(t, p uint32, table, prio uint64, hasPrio bool, h lockHolder) st
 	default:
 		what = fmt.Sprintf("priority %d in this network namespace is kept (with table %d) by", uint64(p), table)
 	}
-	who := "another marksplit"
-	if !h.marksplit {
+	var who string
+	switch {
+	case h.marksplit:
+		who = "another marksplit"
+	case h.stopped && h.comm == "marksplit":
+		who = "another marksplit, stopped"
+	case h.stopped:
+		who = "a stopped privileged process"
+	case h.silent:
+		who = "a privileged process that does not answer as a marksplit does"
+	default:
 		who = "a privileged process that is not a marksplit"
 	}
 	var id string
@@ -334,3 +375,6 @@ func procLockSockets() ([]lockSocket, error) {
 	}
 	return socks, nil
 }
+
+// maxNamed is how many ignored sockets Warning names; it counts the others.
+const maxNamed = 3
