@@ -16,6 +16,7 @@ import (
 
 	"github.com/marksplit/marksplit/internal/ciliumnode"
 	"github.com/marksplit/marksplit/internal/lock"
+	"github.com/marksplit/marksplit/internal/metricsserver"
 	"github.com/marksplit/marksplit/internal/textsafe"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
@@ -225,10 +226,12 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 			}
 			return nil
 		}
-		g.Go(func() { serveHTTP(ctx, ln, defaultHTTPLimits(), met, healthy, ready, log) })
+		g.Go(func() {
+			metricsserver.Serve(ctx, ln, metricsserver.DefaultLimits(), metricsserver.Probes(met.handler(log), healthy, ready), nil, log)
+		})
 	}
 	if sec.ln != nil {
-		g.Go(func() { serveSecure(ctx, sec.ln, defaultHTTPLimits(), met, sec.authz, sec.tls, log) })
+		g.Go(func() { serveSecure(ctx, sec, met, log) })
 	}
 	l.r.Run(ctx)
 	cancel()
