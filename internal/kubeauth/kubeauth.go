@@ -184,12 +184,12 @@ func New(cfg Config) (*Authorizer, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Authorizer{
-		cfg:     cfg,
-		log:     log,
-		sem:     make(chan struct{}, cfg.MaxInflight),
-		entries: make(map[[sha256.Size]byte]*list.Element),
-		lru:     list.New(),
-		flights: make(map[[sha256.Size]byte]*flight),
+		cfg:      cfg,
+		log:      log,
+		sem:      make(chan struct{}, cfg.MaxInflight),
+		entries:  make(map[[sha256.Size]byte]*list.Element),
+		lru:      list.New(),
+		flights:  make(map[[sha256.Size]byte]*flight),
 		clean:    bucket{tokens: float64(cfg.ReviewBurst), filled: cfg.Now()},
 		suspect:  bucket{tokens: cfg.ReviewsPerSecond, filled: cfg.Now()},
 		suspects: make(map[string]time.Time),
