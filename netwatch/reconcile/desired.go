@@ -75,10 +75,15 @@ type Desired struct {
 	// A desired route sets Family, Table, Dst (masked), Type
 	// (netwatch.RouteUnicast for an ordinary route) and, for a unicast
 	// route, a next hop: Index, Gateway, NextHops or NHID. Everything else
-	// is optional and, when set, must be as the kernel reports it (Scope
-	// universe for a route via a gateway, link for one without; IPv6 metric
-	// 0 is taken as 1024). Plan refuses a route that lacks what the kernel
-	// needs with a PlanError naming the field.
+	// is optional and, when set, must be as the kernel reports it: for
+	// IPv4, Scope universe for a route via a gateway and link for one
+	// without; for IPv6, Scope always universe, and metric 0 is taken as
+	// the kernel's 1024. A reject route (blackhole, unreachable, prohibit,
+	// throw) has no output link, in both families: that the kernel reports
+	// IPv6 ones as "dev lo" is its own detail. Plan refuses a route that
+	// lacks what the kernel needs with a PlanError naming the field. A
+	// route the kernel keeps otherwise than desired is rewritten on every
+	// pass; the Reconciler warns of it once, naming the field.
 	Routes []netwatch.Route
 	// Rules must exist exactly once each; each must be at an owned priority.
 	// A desired rule sets Family, Priority and Action

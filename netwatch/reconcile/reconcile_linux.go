@@ -469,6 +469,7 @@ func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan
 		l.r.converged.Store(true)
 		return p, nil, changed
 	}
+	l.diverging(ops, pl.lines)
 	n := l.admit(ops, pl.texts, now)
 	p.Deferred = len(ops) - n
 	res, err := l.r.Applier.Apply(ops[:n])
