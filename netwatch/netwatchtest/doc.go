@@ -11,31 +11,29 @@
 //
 // # The fake kernel
 //
-// New returns a Kernel that looks like a fresh network namespace. Code
-// under test talks to it through FakeConn sockets (Kernel.DialConn): sockets
-// with the methods of rtnl.Conn that carry real rtnetlink messages
-// (encoded with github.com/jsimonetti/rtnetlink/v2) through a real
-// *netlink.Conn, so the library's own sequence checks and error decoding
-// apply. Kernel.NetNS is a netwatch.NetNS: given to netwatch.Options.NetNS
-// or netwatch.DialApplier, it runs a watcher or an applier on the fake. Tests build state and make "foreign"
-// changes with the Kernel's Go API (AddLink, SetLinkUp, AddRoute, DelRule,
-// …), read it back (Links, Addrs, Routes, Rules), inject faults
-// (InjectENOBUFS, SetDumpIntr, FailNext, FailAll) and inspect what was
+// New returns a Kernel that looks like a fresh network namespace, in
+// netwatch's own types. Kernel.NetNS is a netwatch.NetNS: given to
+// netwatch.Options.NetNS or netwatch.DialApplier, it runs a watcher or an
+// applier on the fake, over real rtnetlink messages (encoded with
+// github.com/jsimonetti/rtnetlink/v2) through a real *netlink.Conn, so the
+// library's own sequence checks and error decoding apply. Tests build state
+// and make "foreign" changes with the Kernel's methods (AddLink, SetLinkUp,
+// AddRoute, DelRule, …; Program for another program's requests, whose
+// events carry its port), read it back as a netwatch.Snapshot, inject
+// faults (Overflow, SetDumpIntr, FailNext, FailAll) and inspect what was
 // asked (Requests).
 //
-// The answers were taken from a 6.18 kernel, and TestKernelFaithful checks
-// them against the running kernel by sending both the same requests. The
-// package models Linux and builds only there.
+// The answers were taken from a 6.18 kernel, and the fake's own tests
+// check them against the running kernel by sending both the same requests.
+// The fake kernel models Linux and builds only there; the package builds
+// everywhere.
 //
 // # Concurrency
 //
-// A Kernel and its FakeConn sockets are safe for concurrent use: one mutex
-// serializes every change, so events reach all subscribers in the same
-// order. A FakeConn behaves like a *netlink.Conn: a blocked ReceiveIter
-// holds the conn, so a subscriber socket should not also send requests.
-// Nothing starts goroutines; closing every FakeConn (or the Kernel) leaves
-// nothing behind. NetNS pins one locked OS thread per namespace until the
-// test ends.
+// A Kernel is safe for concurrent use: one mutex serializes every change,
+// so events reach all subscribers in the same order. Nothing starts
+// goroutines; closing the Kernel leaves nothing behind. NetNS pins one
+// locked OS thread per namespace until the test ends.
 //
 // # What is modelled
 //
@@ -75,7 +73,7 @@
 //     an event that does not fit is lost and the next receive fails with
 //     ENOBUFS; from then on every event for that conn is dropped without
 //     another error until its queue has been read empty (the kernel's
-//     NETLINK_S_CONGESTED; TestKernelCongestion checks it on the kernel).
+//     NETLINK_S_CONGESTED, checked on the kernel).
 //   - Replies as the kernel sends them: multi-part dumps in several
 //     datagrams, DONE on its own, errors of dumps in DONE, NLMSG_ERROR
 //     echoing the request with the extended-ack message.

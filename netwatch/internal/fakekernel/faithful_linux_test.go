@@ -1,9 +1,10 @@
 //go:build linux
 
-package netwatchtest
+package fakekernel
 
 import (
 	"fmt"
+	"github.com/marksplit/marksplit/netwatch/internal/nstest"
 	"iter"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ type side struct {
 
 var allGroups = []uint32{grpLink, grpIPv4Addr, grpIPv6Addr, grpIPv4Route, grpIPv6Route, grpIPv4Rule, grpIPv6Rule}
 
-func realSide(t *testing.T, ns *NetNS) side {
+func realSide(t *testing.T, ns *nstest.NS) side {
 	t.Helper()
 	dial := func(groups []uint32) *netlink.Conn {
 		c, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: ns.FD(), Strict: true})
@@ -377,7 +378,7 @@ var faithSteps = []faithStep{
 // kernel (in a fresh namespace) and compares the answers, the replies and
 // the events, as netwatch would decode them.
 func TestKernelFaithful(t *testing.T) {
-	ns := NewNetNS(t)
+	ns := newNS(t)
 	k := New()
 	t.Cleanup(func() { k.Close() })
 	real, fake := realSide(t, ns), fakeSide(t, k)
