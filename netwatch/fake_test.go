@@ -18,8 +18,8 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
-	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 	"github.com/marksplit/marksplit/netwatch/internal/fakekernel"
+	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"

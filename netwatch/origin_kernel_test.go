@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"testing"
 	"time"
-
 )
 
 // batchIP is one long-lived ip(8) process in a namespace that runs the

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"testing"
 	"time"
-
 )
 
 // TestKernelHotRuleDeleter: one program deletes a rule as fast as it can

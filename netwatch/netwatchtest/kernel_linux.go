@@ -178,7 +178,9 @@ func (k *Kernel) SetDumpIntr(msgType uint16, n int) { k.e.SetDumpIntr(msgType, n
 
 // FailNext makes the next n requests of msgType (RTM_*) fail with errno,
 // changing nothing. A failed dump reports errno in its DONE message.
-func (k *Kernel) FailNext(msgType uint16, errno syscall.Errno, n int) { k.e.FailNext(msgType, errno, n) }
+func (k *Kernel) FailNext(msgType uint16, errno syscall.Errno, n int) {
+	k.e.FailNext(msgType, errno, n)
+}
 
 // FailAll makes every request of msgType fail with errno until
 // ClearFaults.
