@@ -12,7 +12,7 @@
 // # The fake kernel
 //
 // New returns a Kernel that looks like a fresh network namespace. Code
-// under test talks to it through FakeConns (Kernel.DialConn): sockets
+// under test talks to it through FakeConn sockets (Kernel.DialConn): sockets
 // with the methods of rtnl.Conn that carry real rtnetlink messages
 // (encoded with github.com/jsimonetti/rtnetlink/v2) through a real
 // *netlink.Conn, so the library's own sequence checks and error decoding
@@ -29,7 +29,7 @@
 //
 // # Concurrency
 //
-// A Kernel and its FakeConns are safe for concurrent use: one mutex
+// A Kernel and its FakeConn sockets are safe for concurrent use: one mutex
 // serializes every change, so events reach all subscribers in the same
 // order. A FakeConn behaves like a *netlink.Conn: a blocked ReceiveIter
 // holds the conn, so a subscriber socket should not also send requests.

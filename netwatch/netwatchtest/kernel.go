@@ -21,7 +21,7 @@ const rtnlgrpMax = unix.RTNLGRP_IPV6_ACADDR
 var errKernelClosed = errors.New("kernel closed")
 
 // Kernel is a fake rtnetlink kernel: one network namespace's links,
-// addresses, routes and rules, reachable through FakeConns and changed
+// addresses, routes and rules, reachable through FakeConn sockets and changed
 // directly through its Go API. The zero value is not usable; call New.
 type Kernel struct {
 	mu       sync.Mutex
