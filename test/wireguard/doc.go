@@ -9,7 +9,11 @@
 // the wireguard module, the kernel's WireGuard is used instead. `wg` comes
 // from Debian's wireguard-tools (`make test` installs it without
 // recommends). Package tunnel holds the traffic and counters they measure
-// with, and ./cmd/wgtunnel gives them to `make demo`.
+// with, and ./cmd/wgtunnel gives them to `make demo`. Each test logs which
+// WireGuard it used ("WireGuard: kernel (module 1.0.0)" or "WireGuard:
+// wireguard-go"). MARKSPLIT_AGENT names a prebuilt agent, and
+// MARKSPLIT_WIREGUARD=kernel fails the tests where the kernel has no
+// WireGuard: `make test-kernels` sets both in its guests.
 //
 // # Running
 //
