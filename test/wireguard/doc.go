@@ -13,7 +13,11 @@
 // WireGuard it used ("WireGuard: kernel (module 1.0.0)" or "WireGuard:
 // wireguard-go"). MARKSPLIT_AGENT names a prebuilt agent, and
 // MARKSPLIT_WIREGUARD=kernel fails the tests where the kernel has no
-// WireGuard: `make test-kernels` sets both in its guests.
+// WireGuard: `make test-kernels` sets both in its guests, and
+// MARKSPLIT_TIME_SCALE=20 there (Go and WireGuard's crypto run 15–30 times
+// slower under QEMU's TCG): every time limit of the tests is that many
+// times longer and each bulk transfer that many times smaller (at least
+// 1 MB), with the same checks.
 //
 // # Running
 //

@@ -278,7 +278,7 @@ func (w *world) startWireGuardGo(ns string) int {
 	go func() { cmd.Wait(); close(done) }()
 	w.t.Cleanup(func() { stop(cmd, done, 3*time.Second) })
 	pid := strconv.Itoa(cmd.Process.Pid)
-	ok := poll(10*time.Second, func() bool {
+	ok := poll(scaled(10*time.Second), func() bool {
 		select {
 		case <-done:
 			return true
@@ -323,7 +323,7 @@ func (w *world) startAgent(mark string) *agent {
 			w.t.Logf("agent output:\n%s", a.out.String())
 		}
 	})
-	if !poll(10*time.Second, func() bool { return w.ruleThere() && w.unmarkedSplit() }) {
+	if !poll(scaled(10*time.Second), func() bool { return w.ruleThere() && w.unmarkedSplit() }) {
 		w.t.Fatalf("the agent did not install its rule and table route in 10s:\n%s\n%s", w.ipOut(w.worker, "rule"), a.out.String())
 	}
 	return a
