@@ -105,7 +105,7 @@ func (k *Kernel) dispatch(s *socket, m netlink.Message, raw []byte) unix.Errno {
 	case unix.RTM_NEWLINK:
 		ke = k.reqNewLink(m)
 	case unix.RTM_DELLINK:
-		ke = k.reqDelLink(m)
+		ke = k.reqDelLink(m, o)
 	case unix.RTM_GETLINK:
 		ke = k.getLink(s, m)
 	case unix.RTM_NEWADDR:
@@ -325,7 +325,7 @@ func (k *Kernel) reqNewLink(m netlink.Message) *kerr {
 	return nil
 }
 
-func (k *Kernel) reqDelLink(m netlink.Message) *kerr {
+func (k *Kernel) reqDelLink(m netlink.Message, o *origin) *kerr {
 	q, ke := decodeLink(m.Data)
 	if ke != nil {
 		return ke
@@ -337,7 +337,7 @@ func (k *Kernel) reqDelLink(m netlink.Message) *kerr {
 	if !ok {
 		return fail(unix.ENODEV, "")
 	}
-	return k.deleteLink(l.Index)
+	return k.deleteLink(l.Index, o)
 }
 
 func badLinkHeader(q linkReq) bool {

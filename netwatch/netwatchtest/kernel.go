@@ -180,7 +180,7 @@ func (k *Kernel) SetLinkMTU(index, mtu uint32) error {
 func (k *Kernel) DelLink(index uint32) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.deleteLink(index).err(fmt.Sprintf("delete link %d", index))
+	return k.deleteLink(index, nil).err(fmt.Sprintf("delete link %d", index))
 }
 
 // AddAddr adds an address to a link ("ip addr add PREFIX dev LINK"):
