@@ -54,7 +54,9 @@
 //     (RTM_GETROUTE without a dump) through the rules, with marks, "not",
 //     RTM_F_LOOKUP_TABLE and RTM_F_FIB_MATCH.
 //   - Rules of both families in kernel order, plus the fixed rules of the
-//     multicast-routing families 128 and 129 in dumps; NLM_F_REPLACE adds
+//     multicast-routing families 128 and 129 in dumps, as the distributions'
+//     kernels have them (the fake's own tests follow the kernel they run on,
+//     which may lack them); NLM_F_REPLACE adds
 //     a duplicate, NLM_F_EXCL is EEXIST on an identical rule (the kernel
 //     does not compare "not"), a delete removes the first rule matching
 //     what it names, a mark without a mask means mask 0xffffffff.

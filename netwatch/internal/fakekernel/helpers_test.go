@@ -226,3 +226,15 @@ func runIP(t *testing.T, ns *nstest.NS, args ...string) string {
 	}
 	return out
 }
+
+// probe is ProbeBehavior in a scratch namespace of its own: how the
+// running kernel behaves where kernels differ.
+func probe(t *testing.T) Behavior {
+	t.Helper()
+	scratch := newNS(t)
+	b, err := ProbeBehavior(scratch)
+	if err != nil {
+		t.Fatalf("probe the kernel's behaviour: %v", err)
+	}
+	return b
+}
