@@ -95,11 +95,12 @@
 //
 // # Real-kernel tests
 //
-// RequireKernel skips a test that cannot run here (not root, no network
-// namespaces, no ip(8)); MARKSPLIT_KERNEL_TESTS=1 turns the skip into a
-// failure. NewNetNS gives a test a fresh namespace (dial into it with
-// netlink.Config{NetNS: ns.FD()}, inspect it with ns.IP and ns.IPJSON) and
-// removes it when the test ends. For programs built on netwatch,
+// NewNetNS gives a test a fresh namespace, and skips a test that cannot
+// run here (not root, no network namespaces, no ip(8)); RequireKernel,
+// called first, fails it instead, for a CI that must not skip (this
+// project's tests call it when MARKSPLIT_KERNEL_TESTS=1). Dial into the
+// namespace with netlink.Config{NetNS: ns.FD()}, inspect it with ns.IP and
+// ns.IPJSON; it is removed when the test ends. For programs built on netwatch,
 // ns.StartProgram runs one in the namespace for the length of a test,
 // ns.WaitRoute and ns.WaitOwned wait for `ip route get` and the owned
 // table and priority to show what the test expects, and BuildProgram with

@@ -48,9 +48,11 @@ type object struct {
 	by          netwatch.Origin
 	fighting    bool
 	ep          *episode // while fighting
-	// diverged is set once the kernel was seen to keep the route
-	// otherwise than the Reconciler wrote it (diverging).
-	diverged bool
+	// wrote is the route the Reconciler last wrote to this key (hasWrote);
+	// diverged is set once the kernel was seen to keep it otherwise
+	// (diverging).
+	wrote              netwatch.Route
+	hasWrote, diverged bool
 }
 
 // episode is a fight with one program, over as many objects as it undoes
@@ -122,8 +124,8 @@ func (l *loop) diverging(ops []netwatch.Op, lines []string) {
 			continue
 		}
 		o := l.objs[opObjectID(op)]
-		if o == nil || !o.made || o.diverged {
-			continue
+		if o == nil || !o.made || o.diverged || !o.hasWrote || !o.wrote.Equal(op.Route.Clean()) {
+			continue // not the same route written again over what it made
 		}
 		o.diverged = true
 		l.log.Warn("reconcile: the kernel keeps a route otherwise than desired, so every pass rewrites it; desire it as the kernel reports it",
@@ -169,6 +171,10 @@ func (l *loop) admit(ops []netwatch.Op, texts []string, now time.Time) int {
 func (l *loop) made(op netwatch.Op, now time.Time) {
 	if o := l.objs[opObjectID(op)]; o != nil {
 		o.made, o.touched = true, now
+		o.hasWrote = op.Kind == netwatch.RouteReplace
+		if o.hasWrote {
+			o.wrote = op.Route.Clean()
+		}
 	}
 }
 
