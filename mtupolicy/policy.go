@@ -256,7 +256,13 @@ func (c Config) candidates(v netwatch.View, f netwatch.Family, d *reconcile.Desi
 	if c.UnderlayLink != "" {
 		// Every main route is a candidate, and the first route of each
 		// key is the one the table yields first.
-		d.Routes = slices.Grow(d.Routes, v.RouteCount(f))
+		// As many as the main table holds: RouteCount would count every
+		// table's, the owned one's too, and double the capacity.
+		n := 0
+		for range v.Routes(f, netwatch.TableMain) {
+			n++
+		}
+		d.Routes = slices.Grow(d.Routes, n)
 		return func(yield func(netwatch.Route) bool) {
 			var last netwatch.RouteKey
 			first := true
