@@ -178,7 +178,7 @@ func indexByKey(rs []netwatch.Route, order func(a, b netwatch.RouteKey) int) ([]
 		idx[i] = int32(i)
 	}
 	slices.SortStableFunc(idx, func(i, j int32) int { return order(desiredKey(&rs[i]), desiredKey(&rs[j])) })
-	clash := -1 // the index in rs of the first route that clashes with the one before it
+	clash := -1    // the index in rs of the first route that clashes with the one before it
 	out := idx[:0] // written behind the reads
 	prev := int32(-1)
 	for _, i := range idx {

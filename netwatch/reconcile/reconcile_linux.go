@@ -266,7 +266,7 @@ type loop struct {
 	burst    int
 	interval time.Duration
 	bo       backoff.BackOff
-	objs     map[objectID]*object  // full objects (objects_linux.go)
+	objs     map[objectID]*object   // full objects (objects_linux.go)
 	plain    map[uint64]plainObject // plain objects, by objectHash
 	seed     maphash.Seed
 	mark     uint64              // journal position observed so far
