@@ -83,7 +83,10 @@ type Reconciler struct {
 	// have, with its line, instead of the Logger.
 	OnChange func(op netwatch.Op, line string)
 	// OnPass, when set, is called after each pass with what it did (for
-	// metrics, and for tests to wait on).
+	// metrics, and for tests to wait on). A pass of more than a thousand
+	// operations plans and applies them a chunk at a time, each chunk from
+	// a view that holds the ones before, so that its memory does not grow
+	// with its size: OnPass is told of each chunk as of a pass.
 	OnPass func(Pass)
 	// OnFight, when set, is called when a fight starts and when it ends.
 	OnFight func(Fight)
