@@ -18,7 +18,9 @@ import (
 // TestKernelMemoryCgroup runs the agent's big passes inside a memory cgroup
 // limited as deploy/daemonset.yaml limits the container: a first install
 // with --underlay-link over 100,000 main routes, and a pass deleting 30,000
-// routes another program put in table 900. Each must converge (`once` exits
+// routes another program put in table 900, and the first --peers=auto pass
+// in a cluster of 15,000 nodes that all encrypt (or as many as
+// internal/ciliumnode's list takes, while it has a count bound below that). Each must converge (`once` exits
 // 0 and the table is as the policy wants) without an OOM kill. It uses the
 // cgroup v2 memory controller where the host has it, else v1.
 func TestKernelMemoryCgroup(t *testing.T) {
@@ -39,6 +41,16 @@ func TestKernelMemoryCgroup(t *testing.T) {
 		cg.once(t, s, "--prefix=10.0.0.0/16", "--encryption=on")
 		if n := routeCount(t, s, "900"); n != 2 {
 			t.Errorf("table 900 holds %d routes, want the seed's two split ones:\n%s", n, s.ns.IP(t, "route", "show", "table", "900"))
+		}
+	})
+	t.Run("peers", func(t *testing.T) {
+		s := newSeed(t, false)
+		nodes := firstPassNodes()
+		api := newEncryptingCluster(t, s, nodes)
+		cg := newMemoryCgroup(t, limit)
+		cg.onceEnv(t, s, api.env, peerArgs...)
+		if n := strings.Count(s.ns.IP(t, "-4", "route", "show", "table", "900"), "\n"); n != nodes-1 {
+			t.Errorf("table 900 holds %d routes, want one for each of the %d peers", n, nodes-1)
 		}
 	})
 }
@@ -177,9 +189,16 @@ func (cg *memoryCgroup) peak(t *testing.T) int64 {
 // it), and fails unless it converges without an OOM kill.
 func (cg *memoryCgroup) once(t *testing.T, s *seed, args ...string) {
 	t.Helper()
+	cg.onceEnv(t, s, nil, args...)
+}
+
+// onceEnv is once with the environment env (nil: the test's).
+func (cg *memoryCgroup) onceEnv(t *testing.T, s *seed, env []string, args ...string) {
+	t.Helper()
 	procs := filepath.Join(cg.dir, "cgroup.procs")
 	cmd := exec.Command("nsenter", append([]string{"--net=" + s.ns.Path(), "sh", "-c", `echo $$ > "$0" && exec "$@"`,
 		procs, agentBinary(t), "once", "--metrics-addr=", "--log-format=json"}, args...)...)
+	cmd.Env = env
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
