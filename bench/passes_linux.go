@@ -22,7 +22,17 @@ func passSection(repo, agent, baseRev string) ([]passResult, error) {
 		return nil, err
 	}
 	defer cleanup()
-	var res []passResult
+	res, err := peersPass(repo, base)
+	if err != nil {
+		return nil, err
+	}
+	for i := range res {
+		if res[i].Agent == "base" {
+			res[i].Agent = baseRev
+		} else {
+			res[i].Agent = "this tree"
+		}
+	}
 	for _, c := range passCases {
 		for _, a := range []struct{ name, bin string }{{"this tree", agent}, {baseRev, base}} {
 			r, err := runPass(c, a.bin)
@@ -35,6 +45,25 @@ func passSection(repo, agent, baseRev string) ([]passResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// peersPass runs the agent package's BenchmarkKernelPeersFirstPass, which
+// serves the CiliumNodes of a cluster where every node encrypts from its
+// stand-in API server, with base as MARKSPLIT_BENCH_BASE, and takes its
+// figures: this tree's agent first, then base's.
+func peersPass(repo, base string) ([]passResult, error) {
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkKernelPeersFirstPass$", "-benchtime", "1x", "./agent")
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "MARKSPLIT_BENCH_BASE="+base, "MARKSPLIT_KERNEL_TESTS=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("BenchmarkKernelPeersFirstPass: %v\n%s", err, out)
+	}
+	res, err := parsePeersBench(string(out))
+	for _, r := range res {
+		logf("pass %s, agent %s: peak RSS %.1f MiB, %v", r.Case, r.Agent, float64(r.PeakRSS)/1024, r.Took.Round(time.Millisecond))
+	}
+	return res, err
 }
 
 // buildBase builds the agent of rev from a git worktree of repo.

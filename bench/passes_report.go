@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -32,6 +33,48 @@ var passCases = []passCase{
 	{Name: "foreign-30k", What: "a pass deleting 30,000 routes another program put in table 900",
 		args:   []string{"--prefix=10.0.0.0/16", "--encryption=on"},
 		routes: 30000, extra: "table 900"},
+}
+
+// parsePeersBench reads BenchmarkKernelPeersFirstPass's result lines:
+//
+//	BenchmarkKernelPeersFirstPass/nodes=10000/agent=new-2  1  1.016 pass-s  56.08 peak-rss-MiB
+//
+// into one passResult per agent, "new" as "this tree" and "base" as the
+// base's (named later by the caller's table).
+func parsePeersBench(out string) ([]passResult, error) {
+	var res []passResult
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.HasPrefix(f[0], "BenchmarkKernelPeersFirstPass/") {
+			continue
+		}
+		parts := strings.Split(f[0], "/")
+		if len(parts) != 3 {
+			continue
+		}
+		agent := strings.TrimPrefix(parts[2], "agent=")
+		if i := strings.LastIndexByte(agent, '-'); i > 0 {
+			agent = agent[:i]
+		}
+		r := passResult{Case: "peers-" + strings.TrimPrefix(parts[1], "nodes="), Agent: agent}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				return nil, fmt.Errorf("BenchmarkKernelPeersFirstPass: %q: %v", line, err)
+			}
+			switch f[i+1] {
+			case "pass-s":
+				r.Took = time.Duration(v * float64(time.Second))
+			case "peak-rss-MiB":
+				r.PeakRSS = int64(v * 1024)
+			}
+		}
+		res = append(res, r)
+	}
+	if len(res) != 2 {
+		return nil, fmt.Errorf("BenchmarkKernelPeersFirstPass: %d results, want 2 (this tree's agent and the base's):\n%s", len(res), out)
+	}
+	return res, nil
 }
 
 // passTable writes the big passes' peak RSS and time, this tree's against
