@@ -54,9 +54,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// agentBinary builds the agent once per test binary.
+// agentBinary builds the agent once per test binary, or returns the one
+// MARKSPLIT_AGENT names (`make test-kernels` builds it on the host: a
+// build inside its emulated guests would take minutes).
 func agentBinary(t testing.TB) string {
 	t.Helper()
+	if bin := os.Getenv("MARKSPLIT_AGENT"); bin != "" {
+		return bin
+	}
 	buildOnce.Do(func() {
 		if binDir, buildErr = os.MkdirTemp("", "marksplit-agent-test-"); buildErr != nil {
 			return

@@ -162,7 +162,9 @@ func (k *Kernel) flushRoutes4(index uint32) {
 	}
 }
 
-func (k *Kernel) deleteLink(index uint32) *kerr {
+// deleteLink deletes a link with everything on it; o is the request that
+// asked for it, or nil.
+func (k *Kernel) deleteLink(index uint32, o *origin) *kerr {
 	l, ok := k.links[index]
 	if !ok {
 		return fail(unix.ENODEV, "")
@@ -187,7 +189,10 @@ func (k *Kernel) deleteLink(index uint32) *kerr {
 	k.flushRoutes4(index)
 	l = k.links[index]
 	delete(k.links, index)
-	k.notify(grpLink, unix.RTM_DELLINK, 0, linkBody(reported(l)), nil)
+	if !k.behavior.LinkDeleteNamesRequester {
+		o = nil
+	}
+	k.notify(grpLink, unix.RTM_DELLINK, 0, linkBody(reported(l)), o)
 	return nil
 }
 
@@ -244,7 +249,7 @@ func (k *Kernel) newAddr(a Addr, flags netlink.HeaderFlags, o *origin) *kerr {
 	l, ok := k.links[a.Index]
 	if fam == unix.AF_INET {
 		if !ok {
-			return fail(unix.ENODEV, "ipv4: Device not found")
+			return k.addrFail(unix.ENODEV, "ipv4: Device not found")
 		}
 		a.Flags = a.Flags&^unix.IFA_F_SECONDARY | unix.IFA_F_PERMANENT
 		if a.Label == "" {
@@ -257,7 +262,7 @@ func (k *Kernel) newAddr(a Addr, flags netlink.HeaderFlags, o *origin) *kerr {
 			}
 			if b.Prefix.Addr() == a.Prefix.Addr() {
 				if flags&netlink.Excl != 0 || flags&netlink.Replace == 0 {
-					return fail(unix.EEXIST, "ipv4: Address already assigned")
+					return k.addrFail(unix.EEXIST, "ipv4: Address already assigned")
 				}
 				// Replace keeps the address as it is and announces it.
 				k.notify(grpIPv4Addr, unix.RTM_NEWADDR, 0, addrBody(k.addrs[i]), o)
@@ -273,7 +278,7 @@ func (k *Kernel) newAddr(a Addr, flags netlink.HeaderFlags, o *origin) *kerr {
 		return nil
 	}
 	if !ok {
-		return fail(unix.ENODEV, "ipv6: Unable to find the interface")
+		return k.addrFail(unix.ENODEV, "ipv6: Unable to find the interface")
 	}
 	a.Scope = ipv6Scope(a.Prefix.Addr())
 	a.Flags |= unix.IFA_F_PERMANENT
@@ -281,7 +286,7 @@ func (k *Kernel) newAddr(a Addr, flags netlink.HeaderFlags, o *origin) *kerr {
 	for i, b := range k.addrs {
 		if b.Index == a.Index && b.Prefix.Addr() == a.Prefix.Addr() {
 			if flags&netlink.Excl != 0 || flags&netlink.Replace == 0 {
-				return fail(unix.EEXIST, "ipv6: address already assigned")
+				return k.addrFail(unix.EEXIST, "ipv6: address already assigned")
 			}
 			k.addrs[i].Prefix = a.Prefix
 			k.addrs[i].Flags = a.Flags
@@ -316,7 +321,7 @@ func (k *Kernel) hasAddr(a Addr) bool {
 func (k *Kernel) delAddr(f addrFilter, o *origin) *kerr {
 	if f.family == unix.AF_INET {
 		if _, ok := k.links[f.index]; !ok {
-			return fail(unix.ENODEV, "ipv4: Device not found")
+			return k.addrFail(unix.ENODEV, "ipv4: Device not found")
 		}
 		for _, a := range k.sortedAddrs(unix.AF_INET, f.index) {
 			if f.local.IsValid() && a.Prefix.Addr() != f.local {
@@ -331,10 +336,10 @@ func (k *Kernel) delAddr(f addrFilter, o *origin) *kerr {
 			k.removeAddr4(a, o)
 			return nil
 		}
-		return fail(unix.EADDRNOTAVAIL, "ipv4: Address not found")
+		return k.addrFail(unix.EADDRNOTAVAIL, "ipv4: Address not found")
 	}
 	if _, ok := k.links[f.index]; !ok {
-		return fail(unix.ENODEV, "ipv6: Unable to find the interface")
+		return k.addrFail(unix.ENODEV, "ipv6: Unable to find the interface")
 	}
 	for _, a := range k.sortedAddrs(unix.AF_INET6, f.index) {
 		if a.Prefix.Addr() == f.local && a.Prefix.Bits() == f.prefix.Bits() {
@@ -342,7 +347,16 @@ func (k *Kernel) delAddr(f addrFilter, o *origin) *kerr {
 			return nil
 		}
 	}
-	return fail(unix.EADDRNOTAVAIL, "ipv6: address not found")
+	return k.addrFail(unix.EADDRNOTAVAIL, "ipv6: address not found")
+}
+
+// addrFail is a failed address request: the message is there where the
+// kernel gives it (Behavior.AddressErrorMessages).
+func (k *Kernel) addrFail(errno unix.Errno, msg string) *kerr {
+	if !k.behavior.AddressErrorMessages {
+		msg = ""
+	}
+	return fail(errno, msg)
 }
 
 // removeAddr drops an address and announces it, nothing more.
@@ -352,8 +366,12 @@ func (k *Kernel) removeAddr(a Addr, o *origin) {
 	if fam == unix.AF_INET6 {
 		o = nil
 		// The kernel takes the address off the routes using it as
-		// their preferred source, silently.
+		// their preferred source, silently: of every link, or only of
+		// the address's own (Behavior.IPv6PrefSrcEveryLink).
 		for key, r := range k.routes {
+			if !k.behavior.IPv6PrefSrcEveryLink && r.Index != a.Index {
+				continue
+			}
 			if r.PrefSrc == a.Prefix.Addr() && !k.addrAssigned(r.PrefSrc) {
 				r.PrefSrc = netip.Addr{}
 				k.routes[key] = r
