@@ -49,6 +49,9 @@ func newLogger(w io.Writer, format string) *slog.Logger {
 // execute runs the parsed command and returns the exit code.
 func execute(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, o.logFormat)
+	if soft := setMemoryLimit(); soft > 0 {
+		log.Debug("memory: Go's soft limit set from the memory cgroup's", "bytes", soft)
+	}
 	var err error
 	switch o.cmd {
 	case cmdRun:
