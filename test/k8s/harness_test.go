@@ -445,6 +445,17 @@ func buildDeps() (etcd, apiserver string, err error) {
 	return bins["etcd"], bins["kube-apiserver"], nil
 }
 
+// helmBin returns the helm client built from ./helm (depbuild), building
+// it first when it is not cached.
+func helmBin() (string, error) {
+	for _, p := range depbuild.Programs(".") {
+		if p.Name == "helm" {
+			return p.Build(os.Stderr, 30*time.Second)
+		}
+	}
+	return "", errors.New("depbuild has no helm")
+}
+
 // buildAgent builds ./agent of the repository.
 func (c *cluster) buildAgent() (string, error) {
 	if _, err := os.Stat(filepath.Join(c.repo, "agent")); errors.Is(err, os.ErrNotExist) {
