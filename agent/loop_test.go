@@ -317,7 +317,7 @@ func TestLoopRetriesFailures(t *testing.T) {
 	if got := metricValue(t, h.met, "marksplit_failed_operations_total", "rule-add"); got != 1 {
 		t.Errorf("failed rule-adds = %v, want 1", got)
 	}
-	if !strings.Contains(h.log(), `msg="netwatch: reconcile pass failed; retrying" change="rule 900: not fwmark 0xe00/0xf00 lookup 900" op=rule-add err="operation not permitted (kernel: netwatchtest: injected fault)"`) {
+	if !strings.Contains(h.log(), `msg="reconcile: pass failed; retrying" change="rule 900: not fwmark 0xe00/0xf00 lookup 900" op=rule-add err="operation not permitted (kernel: netwatchtest: injected fault)"`) {
 		t.Errorf("the failure is not logged:\n%s", h.log())
 	}
 }

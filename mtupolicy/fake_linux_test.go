@@ -422,7 +422,7 @@ func TestFakeCase11NotSynced(t *testing.T) {
 			if _, ok := mtupolicy.Desired(v, cfg, mode); ok {
 				t.Errorf("Desired on an unsynced view (mode %v): ok", mode)
 			}
-			own := reconcile.Desired{Own: reconcile.Owned{Tables: []reconcile.OwnedTable{{Family: netwatch.IPv4, Table: 900}}}}
+			own := reconcile.Desired{Own: reconcile.Own(900, 0).Only(netwatch.IPv4)}
 			if ops, err := reconcile.Plan(v, own); !errors.Is(err, reconcile.ErrNotSynced) || ops != nil {
 				t.Errorf("Plan on an unsynced view: %v, %v; want ErrNotSynced and nothing", ops, err)
 			}

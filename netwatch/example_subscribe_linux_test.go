@@ -54,7 +54,7 @@ func printChanges(sub *netwatch.Subscription, names map[uint32]string, n int) er
 
 // A consumer of every change, with its origin. Here the watcher runs on
 // netwatch/netwatchtest's fake kernel, so that the example's changes are the
-// same on every machine; a program leaves Options.Dialer nil. Another
+// same on every machine; a program leaves Options.NetNS nil. Another
 // program adds a route; then the link goes down: the kernel announces
 // the link, flushes the link's IPv4 routes without a word, and the
 // watcher's re-dump reports the route gone, as its finding.

@@ -12,7 +12,7 @@
 // # The fake kernel
 //
 // New returns a Kernel that looks like a fresh network namespace. Code
-// under test talks to it through FakeConns (Kernel.DialConn): sockets
+// under test talks to it through FakeConn sockets (Kernel.DialConn): sockets
 // with the methods of rtnl.Conn that carry real rtnetlink messages
 // (encoded with github.com/jsimonetti/rtnetlink/v2) through a real
 // *netlink.Conn, so the library's own sequence checks and error decoding
@@ -29,7 +29,7 @@
 //
 // # Concurrency
 //
-// A Kernel and its FakeConns are safe for concurrent use: one mutex
+// A Kernel and its FakeConn sockets are safe for concurrent use: one mutex
 // serializes every change, so events reach all subscribers in the same
 // order. A FakeConn behaves like a *netlink.Conn: a blocked ReceiveIter
 // holds the conn, so a subscriber socket should not also send requests.
@@ -56,7 +56,9 @@
 //     (RTM_GETROUTE without a dump) through the rules, with marks, "not",
 //     RTM_F_LOOKUP_TABLE and RTM_F_FIB_MATCH.
 //   - Rules of both families in kernel order, plus the fixed rules of the
-//     multicast-routing families 128 and 129 in dumps; NLM_F_REPLACE adds
+//     multicast-routing families 128 and 129 in dumps where the kernel has
+//     them (Behavior.MulticastRules: NewWith(ns.Behavior(t)) follows the
+//     kernel a test runs on, New the distributions'); NLM_F_REPLACE adds
 //     a duplicate, NLM_F_EXCL is EEXIST on an identical rule (the kernel
 //     does not compare "not"), a delete removes the first rule matching
 //     what it names, a mark without a mask means mask 0xffffffff.

@@ -326,6 +326,7 @@ var faithSteps = []faithStep{
 	{"rule without priority", unix.RTM_NEWRULE, fAdd, rule(2, 0, 950, func(m *rtnetlink.RuleMessage) { m.Attributes.Priority = nil })},
 	{"rule of an unknown family: EAFNOSUPPORT", unix.RTM_NEWRULE, fAdd, rule(7, 900, 900, nil)},
 	{"rule dump", unix.RTM_GETRULE, fDump, &rtnetlink.RuleMessage{}},
+	{"rule dump of the multicast-routing family", unix.RTM_GETRULE, fDump, &rtnetlink.RuleMessage{Family: 128}},
 	{"rule dump with attributes: EINVAL", unix.RTM_GETRULE, fDump, &rtnetlink.RuleMessage{Family: 2, Attributes: &rtnetlink.RuleAttributes{Table: ptr(uint32(900))}}},
 	{"rule dump with a header: EINVAL", unix.RTM_GETRULE, fDump, &rtnetlink.RuleMessage{Family: 2, Table: 3}},
 	{"single rule get: EOPNOTSUPP", unix.RTM_GETRULE, netlink.Request, &rtnetlink.RuleMessage{Family: 2}},
@@ -378,7 +379,9 @@ var faithSteps = []faithStep{
 // the events, as netwatch would decode them.
 func TestKernelFaithful(t *testing.T) {
 	ns := NewNetNS(t)
-	k := New()
+	b := ns.Behavior(t)
+	t.Logf("the running kernel: %+v", b)
+	k := NewWith(b)
 	t.Cleanup(func() { k.Close() })
 	real, fake := realSide(t, ns), fakeSide(t, k)
 	for _, st := range faithSteps {

@@ -5,6 +5,7 @@ package netwatchtest
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"iter"
 	"net/netip"
 	"os"
@@ -303,13 +304,53 @@ func TestRuleOrderAndDuplicates(t *testing.T) {
 	if diff := cmp.Diff([]string{"900: lookup 1"}, got); diff != "" {
 		t.Errorf("rules at 900 after the deletes (-want +got):\n%s", diff)
 	}
-	// A rule dump includes the multicast-routing families.
+	// A rule dump includes the multicast-routing families (New follows
+	// DefaultBehavior, which has them).
 	var families []uint8
 	for _, m := range mustExec(t, c, unix.RTM_GETRULE, fDump, &rtnetlink.RuleMessage{}) {
 		families = append(families, m.Data[0])
 	}
 	if diff := cmp.Diff([]uint8{2, 2, 2, 2, 2, 128, 129, 10, 10}, families); diff != "" {
 		t.Errorf("dumped families (-want +got):\n%s", diff)
+	}
+}
+
+// TestMulticastRules: the multicast-routing families' rules are in a dump
+// only where the behaviour says the kernel has them; without them a
+// request of those families is EAFNOSUPPORT, as on such a kernel.
+func TestMulticastRules(t *testing.T) {
+	for _, tc := range []struct {
+		b          Behavior
+		families   []uint8
+		dump128Err error
+	}{
+		{Behavior{MulticastRules: true}, []uint8{2, 2, 2, 128, 129, 10, 10}, nil},
+		{Behavior{MulticastRules: false}, []uint8{2, 2, 2, 10, 10}, unix.EAFNOSUPPORT},
+	} {
+		t.Run(fmt.Sprint(tc.b.MulticastRules), func(t *testing.T) {
+			k := NewWith(tc.b)
+			t.Cleanup(func() { k.Close() })
+			c := dialFake(t, k, nil, 0)
+			var families []uint8
+			for _, m := range mustExec(t, c, unix.RTM_GETRULE, fDump, &rtnetlink.RuleMessage{}) {
+				families = append(families, m.Data[0])
+			}
+			if diff := cmp.Diff(tc.families, families); diff != "" {
+				t.Errorf("dumped families (-want +got):\n%s", diff)
+			}
+			_, err := c.Execute(request(unix.RTM_GETRULE, fDump, &rtnetlink.RuleMessage{Family: 128}))
+			if !errors.Is(err, tc.dump128Err) || (err == nil) != (tc.dump128Err == nil) {
+				t.Errorf("dump of family 128: %v, want %v", err, tc.dump128Err)
+			}
+			_, err = c.Execute(request(unix.RTM_NEWRULE, fAdd, rule(128, 900, 900, nil)))
+			want := unix.EOPNOTSUPP // modelled as not modelled
+			if !tc.b.MulticastRules {
+				want = unix.EAFNOSUPPORT
+			}
+			if !errors.Is(err, want) {
+				t.Errorf("rule add of family 128: %v, want %v", err, want)
+			}
+		})
 	}
 }
 

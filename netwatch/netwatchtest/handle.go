@@ -27,7 +27,8 @@ const (
 	rtaFlowLabel = 31  // RTA_FLOWLABEL
 )
 
-// The rules of the multicast-routing families, which rule dumps include.
+// The rules of the multicast-routing families, which rule dumps include
+// where Behavior.MulticastRules says so.
 var mrouteRules = []Rule{
 	{Family: familyIPMR, Priority: 32767, Table: unix.RT_TABLE_DEFAULT, Action: unix.FR_ACT_TO_TBL, Protocol: unix.RTPROT_KERNEL},
 	{Family: familyIP6MR, Priority: 32767, Table: unix.RT_TABLE_MAIN, Action: unix.FR_ACT_TO_TBL, Protocol: unix.RTPROT_KERNEL},
@@ -786,7 +787,7 @@ func (k *Kernel) lookupTable(fam uint8, table uint32, dst netip.Addr, tos uint8)
 
 func (k *Kernel) reqRule(m netlink.Message, o *origin, add bool) *kerr {
 	if len(m.Data) >= 1 && m.Data[0] != unix.AF_INET && m.Data[0] != unix.AF_INET6 {
-		if m.Data[0] == familyIPMR || m.Data[0] == familyIP6MR {
+		if k.behavior.MulticastRules && (m.Data[0] == familyIPMR || m.Data[0] == familyIP6MR) {
 			return fail(unix.EOPNOTSUPP, "netwatchtest: multicast routing rules are not modelled")
 		}
 		return fail(unix.EAFNOSUPPORT, "Rule family not supported")
@@ -821,8 +822,12 @@ func (k *Kernel) dumpRules(s *socket, m netlink.Message) *kerr {
 			return fail(unix.EINVAL, "Invalid data after header in fib rule dump request")
 		}
 		switch family {
-		case unix.AF_UNSPEC, unix.AF_INET, unix.AF_INET6, familyIPMR, familyIP6MR:
+		case unix.AF_UNSPEC, unix.AF_INET, unix.AF_INET6:
 			return nil
+		case familyIPMR, familyIP6MR:
+			if k.behavior.MulticastRules {
+				return nil
+			}
 		}
 		return fail(unix.EAFNOSUPPORT, "")
 	}()
@@ -830,7 +835,11 @@ func (k *Kernel) dumpRules(s *socket, m netlink.Message) *kerr {
 		k.dumpDone(s, m, ke, false, false)
 		return ke
 	}
-	all := slices.Concat(k.rules[unix.AF_INET], mrouteRules, k.rules[unix.AF_INET6])
+	var mroute []Rule
+	if k.behavior.MulticastRules {
+		mroute = mrouteRules
+	}
+	all := slices.Concat(k.rules[unix.AF_INET], mroute, k.rules[unix.AF_INET6])
 	var bodies [][]byte
 	for _, r := range all {
 		if family == unix.AF_UNSPEC || r.Family == family {

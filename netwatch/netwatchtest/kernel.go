@@ -21,11 +21,12 @@ const rtnlgrpMax = unix.RTNLGRP_IPV6_ACADDR
 var errKernelClosed = errors.New("kernel closed")
 
 // Kernel is a fake rtnetlink kernel: one network namespace's links,
-// addresses, routes and rules, reachable through FakeConns and changed
+// addresses, routes and rules, reachable through FakeConn sockets and changed
 // directly through its Go API. The zero value is not usable; call New.
 type Kernel struct {
-	mu     sync.Mutex
-	closed bool
+	mu       sync.Mutex
+	closed   bool
+	behavior Behavior
 
 	links     map[uint32]Link
 	nextIndex uint32
@@ -58,9 +59,15 @@ type failure struct {
 
 // New returns a kernel that looks like a fresh network namespace: lo
 // (index 1, down), no addresses, no IPv4 tables, the IPv6 main and local
-// tables (empty), and the default rules of both families.
-func New() *Kernel {
+// tables (empty), and the default rules of both families. It behaves as
+// DefaultBehavior says.
+func New() *Kernel { return NewWith(DefaultBehavior) }
+
+// NewWith is New for a kernel that behaves as b says: for example
+// NewWith(ns.Behavior()) to follow the kernel a test runs on.
+func NewWith(b Behavior) *Kernel {
 	k := &Kernel{
+		behavior:  b,
 		links:     map[uint32]Link{},
 		nextIndex: 1,
 		routes:    map[routeKey]Route{},
@@ -303,7 +310,8 @@ func (k *Kernel) Routes() []Route {
 }
 
 // Rules returns the IPv4 rules, then the IPv6 rules, in kernel order. The
-// multicast-routing families (128, 129), which dumps include, are left out.
+// multicast-routing families (128, 129), which dumps include where
+// Behavior.MulticastRules says so, are left out.
 func (k *Kernel) Rules() []Rule {
 	k.mu.Lock()
 	defer k.mu.Unlock()

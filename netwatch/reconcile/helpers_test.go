@@ -38,11 +38,14 @@ func fakeHost(t *testing.T) (*netwatchtest.Kernel, uint32) {
 	return k, eth
 }
 
-// startWatcher runs a watcher of k with opts until the test ends; Run must return
-// nil within a second of that.
+// startWatcher runs a watcher of k (nil: of opts.NetNS) with opts until the
+// test ends; Run must return nil within a second of that.
 func startWatcher(t *testing.T, k *netwatchtest.Kernel, opts netwatch.Options) *netwatch.Watcher {
 	t.Helper()
-	opts.NetNS, opts.RetryMin, opts.RetryMax = k.NetNS(), time.Millisecond, time.Millisecond
+	if k != nil {
+		opts.NetNS = k.NetNS()
+	}
+	opts.RetryMin, opts.RetryMax = time.Millisecond, time.Millisecond
 	w := netwatch.New(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	runUntilCleanup(t, ctx, cancel, w.Run)

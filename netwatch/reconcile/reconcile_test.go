@@ -35,10 +35,7 @@ func tunnelPolicy(eth uint32) func(netwatch.View) (Desired, bool) {
 		if !ok {
 			return Desired{}, false
 		}
-		d := Desired{Own: Owned{
-			Tables:     []OwnedTable{{netwatch.IPv4, 900}, {netwatch.IPv6, 900}},
-			Priorities: []OwnedPriority{{netwatch.IPv4, 900}, {netwatch.IPv6, 900}},
-		}}
+		d := Desired{Own: Own(900, 900)}
 		for _, dst := range []string{"10.0.0.0/16", "10.1.0.0/16"} {
 			d.Routes = append(d.Routes, netwatch.Route{Family: netwatch.IPv4, Table: 900, Dst: netip.MustParsePrefix(dst),
 				Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth, PrefSrc: netip.MustParseAddr("10.0.0.5"),
@@ -234,7 +231,7 @@ func TestReconcilerRetries(t *testing.T) {
 	}
 	warns := 0
 	for _, l := range rec.take() {
-		if l == "WARN netwatch: reconcile pass failed; retrying" {
+		if l == "WARN reconcile: pass failed; retrying" {
 			warns++
 		}
 	}
@@ -615,9 +612,9 @@ func TestReconcilerNoRetryWhenInvalid(t *testing.T) {
 	var errs, retries int
 	for _, line := range rec.take() {
 		switch line {
-		case "ERROR netwatch: the kernel refuses a change of the desired state as invalid; waiting for a change":
+		case "ERROR reconcile: the kernel refuses a change of the desired state as invalid; waiting for a change":
 			errs++
-		case "WARN netwatch: reconcile pass failed; retrying":
+		case "WARN reconcile: pass failed; retrying":
 			retries++
 		}
 	}
