@@ -181,6 +181,17 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	met.addPeers(l, srcs.peers)
 	met.addAuth(sec.authz)
 	l.ev = newNodeEvents(o, log)
+	switchWhat := ""
+	if srcs.uninstall != nil {
+		switchWhat = srcs.uninstall.what
+	}
+	if l.ev != nil && srcs.uninstall != nil {
+		l.ev.uninstall = func() (string, bool) { return switchWhat, l.switchedOff() }
+	}
+	cond, err := newNodeCondition(o, l, switchWhat, log)
+	if err != nil {
+		return err
+	}
 	met.addEvents(l.ev)
 	met.addUninstall(l, srcs.uninstall)
 
@@ -207,6 +218,9 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	srcs.start(ctx, &g, l)
 	if l.ev != nil {
 		g.Go(func() { l.ev.rec.Run(ctx) })
+	}
+	if cond != nil {
+		g.Go(func() { cond.Run(ctx) })
 	}
 	if ln != nil {
 		healthy := func() error {
