@@ -52,6 +52,9 @@ func newLogger(w io.Writer, format string) *slog.Logger {
 // execute runs the parsed command and returns the exit code.
 func execute(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, o.logFormat)
+	if soft := setMemoryLimit(); soft > 0 {
+		log.Debug("memory: Go's soft limit set from the memory cgroup's", "bytes", soft)
+	}
 	var err error
 	switch o.cmd {
 	case cmdRun:
@@ -178,6 +181,17 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	met.addPeers(l, srcs.peers)
 	met.addAuth(sec.authz)
 	l.ev = newNodeEvents(o, log)
+	switchWhat := ""
+	if srcs.uninstall != nil {
+		switchWhat = srcs.uninstall.what
+	}
+	if l.ev != nil && srcs.uninstall != nil {
+		l.ev.uninstall = func() (string, bool) { return switchWhat, l.switchedOff() }
+	}
+	cond, err := newNodeCondition(o, l, switchWhat, log)
+	if err != nil {
+		return err
+	}
 	met.addEvents(l.ev)
 	met.addUninstall(l, srcs.uninstall)
 
@@ -204,6 +218,9 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	srcs.start(ctx, &g, l)
 	if l.ev != nil {
 		g.Go(func() { l.ev.rec.Run(ctx) })
+	}
+	if cond != nil {
+		g.Go(func() { cond.Run(ctx) })
 	}
 	if ln != nil {
 		healthy := func() error {

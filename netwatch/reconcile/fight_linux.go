@@ -6,6 +6,8 @@ import (
 	"github.com/marksplit/marksplit/netwatch"
 
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 )
 
@@ -46,6 +48,11 @@ type object struct {
 	by          netwatch.Origin
 	fighting    bool
 	ep          *episode // while fighting
+	// wrote is the route the Reconciler last wrote to this key (hasWrote);
+	// diverged is set once the kernel was seen to keep it otherwise
+	// (diverging).
+	wrote              netwatch.Route
+	hasWrote, diverged bool
 }
 
 // episode is a fight with one program, over as many objects as it undoes
@@ -72,8 +79,12 @@ func (l *loop) observe(v netwatch.View, now time.Time) {
 		for _, o := range l.objs {
 			o.made = false
 		}
+		for h, po := range l.plain {
+			po.made = false
+			l.plain[h] = po
+		}
 	}
-	if len(l.objs) == 0 {
+	if len(l.objs) == 0 && len(l.plain) == 0 {
 		return
 	}
 	for e := range entries {
@@ -88,7 +99,20 @@ func (l *loop) observe(v netwatch.View, now time.Time) {
 		}
 		o := l.objs[id]
 		if o == nil {
-			continue
+			h := l.objectHash(id)
+			po, ok := l.plain[h]
+			if !ok || !po.made {
+				continue // unknown, or not as made: no undo, and nothing to note
+			}
+			if or := e.Origin; or.Kind == netwatch.OriginProgram && or.Port != l.port && !e.Created {
+				o = l.lookup(id) // an undo: it is a full object from now on
+			} else if or.Kind != netwatch.OriginSelf && !(or.Kind == netwatch.OriginProgram && or.Port == l.port) {
+				po.made = false
+				l.plain[h] = po
+				continue
+			} else {
+				continue
+			}
 		}
 		switch or := e.Origin; {
 		case or.Kind == netwatch.OriginSelf, or.Kind == netwatch.OriginProgram && or.Port == l.port:
@@ -106,15 +130,56 @@ func (l *loop) observe(v netwatch.View, now time.Time) {
 	}
 }
 
+// diverging warns, once per route, of a replace planned again for a
+// route the kernel holds as the Reconciler last wrote it, with no change
+// by anyone else since: the kernel stores the desired route otherwise
+// than the policy names it, and every pass would rewrite it. The warning
+// names the route and the fields that differ.
+func (l *loop) diverging(ops []netwatch.Op, lines []string) {
+	for i, op := range ops {
+		if op.Kind != netwatch.RouteReplace || !op.HasWas {
+			continue
+		}
+		id := opObjectID(op)
+		o := l.objs[id]
+		if po, ok := l.plain[l.objectHash(id)]; o == nil && ok && po.made {
+			// Made once and to be changed again: a full object now. A plain
+			// object keeps no route, so the next rewrite is the one compared.
+			o = l.lookup(id)
+		}
+		if o == nil || !o.made || o.diverged || !o.hasWrote || !o.wrote.Equal(op.Route.Clean()) {
+			continue // not the same route written again over what it made
+		}
+		o.diverged = true
+		l.log.Warn("reconcile: the kernel keeps a route otherwise than desired, so every pass rewrites it; desire it as the kernel reports it",
+			"route", lines[i], "differs", routeDiff(op.Route.Clean(), op.Was.Clean()))
+	}
+}
+
+// routeDiff names the fields in which want and got differ, with both
+// values: "Index: 0, kernel 1".
+func routeDiff(want, got netwatch.Route) string {
+	var ds []string
+	wv, gv := reflect.ValueOf(want), reflect.ValueOf(got)
+	for i := range wv.NumField() {
+		if !reflect.DeepEqual(wv.Field(i).Interface(), gv.Field(i).Interface()) {
+			ds = append(ds, fmt.Sprintf("%s: %v, kernel %v", wv.Type().Field(i).Name, wv.Field(i).Interface(), gv.Field(i).Interface()))
+		}
+	}
+	return strings.Join(ds, "; ")
+}
+
 // admit takes a token for each operation in order and returns how many
 // may run now: the rest wait for their objects' buckets to refill.
 func (l *loop) admit(ops []netwatch.Op, texts []string, now time.Time) int {
 	for i, op := range ops {
 		id := opObjectID(op)
 		o := l.objs[id]
+		if o == nil && l.plainAdmit(id, now) {
+			continue // changed once: a plain object, its bucket full before
+		}
 		if o == nil {
-			o = &object{tokens: float64(l.burst), at: now}
-			l.objs[id] = o
+			o = l.lookup(id)
 		}
 		o.tokens = min(float64(l.burst), o.tokens+float64(now.Sub(o.at))/float64(l.interval))
 		o.at = now
@@ -129,8 +194,15 @@ func (l *loop) admit(ops []netwatch.Op, texts []string, now time.Time) int {
 
 // made records that the kernel holds op's object as op made it.
 func (l *loop) made(op netwatch.Op, now time.Time) {
-	if o := l.objs[opObjectID(op)]; o != nil {
+	id := opObjectID(op)
+	if o := l.objs[id]; o != nil {
 		o.made, o.touched = true, now
+		o.hasWrote = op.Kind == netwatch.RouteReplace
+		if o.hasWrote {
+			o.wrote = op.Route.Clean()
+		}
+	} else {
+		l.plainMade(id)
 	}
 }
 
@@ -218,6 +290,9 @@ func (l *loop) sweep(now time.Time) (next time.Time) {
 		if gc && now.Sub(o.touched) > forgetAfter && now.Sub(o.last) > forgetAfter {
 			delete(l.objs, id)
 		}
+	}
+	if gc {
+		l.forgetPlain(now.Add(-forgetAfter))
 	}
 	return next
 }
