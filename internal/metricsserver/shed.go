@@ -41,7 +41,7 @@ type shedConn struct {
 	net.Conn
 	l     *ShedListener
 	key   client
-	since time.Time    // accepted, or last idle
+	since time.Time // accepted, or last idle
 	// serving: a request reached the handler and its answer is not written
 	// yet; answered: one was answered (the connection idles in keep-alive).
 	serving, answered bool // guarded by l.mu
