@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/marksplit/marksplit/internal/ciliumnode/apitest"
+	"github.com/marksplit/marksplit/internal/apitest"
 )
 
 // BenchmarkKernelPeersFirstPass measures the first pass of --peers=auto in a

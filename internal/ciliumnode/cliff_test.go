@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/marksplit/marksplit/internal/ciliumnode/apitest"
+	"github.com/marksplit/marksplit/internal/apitest"
 )
 
 // TestPeers15000Nodes: a cluster of 15,000 encrypting dual-stack nodes is listed whole and

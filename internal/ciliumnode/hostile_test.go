@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/marksplit/marksplit/internal/ciliumnode/apitest"
+	"github.com/marksplit/marksplit/internal/apitest"
 )
 
 // These tests answer as a hostile or broken API server would (issue 22): each one's
