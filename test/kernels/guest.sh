@@ -35,6 +35,7 @@ mkdir -p "$WORK/out"
 	echo "nproc=$(nproc)"
 	echo "mem=$(sed -n 's/MemTotal: *//p' /proc/meminfo)"
 	echo "cgroup2=$(cat /sys/fs/cgroup/cgroup.controllers)"
+	echo "clocksource=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 } >"$WORK/out/guest"
 echo "guest: $(uname -r) up in $(cut -d' ' -f1 /proc/uptime) s"
 while read -r name dir cmd; do
