@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/marksplit/marksplit/internal/kubewatch"
+	"github.com/marksplit/marksplit/internal/neighbours"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
@@ -139,7 +140,7 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 	if err := o.policy.Validate(); err != nil {
 		return o, usageErrorf("%s", strings.TrimPrefix(err.Error(), "mtupolicy: "))
 	}
-	for _, n := range []string{reconcile.Table(o.policy.Table).Neighbour(), reconcile.Priority(o.policy.Priority).Neighbour()} {
+	for _, n := range []string{neighbours.Table(uint32(o.policy.Table)), neighbours.Priority(o.policy.Priority)} {
 		if n != "" && !o.allowShared {
 			return o, usageErrorf("%s: the agent would remove what is there; choose another, or add --allow-shared", n)
 		}
@@ -201,15 +202,15 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	p := &o.policy
 	fs.Var((*reconcile.LinkName)(&p.TunnelLink), "tunnel-link", "the encrypting `link`; its live MTU is the MTU of the table's routes")
 	fs.Var(markValue{&p.Mark, &p.Mask}, "mark", "`mark/mask` that the rule inverts (not fwmark); the mask is required, both non-zero, the mark inside the mask")
-	fs.Var((*reconcile.Table)(&p.Table), "table", "routing `table` owned by the agent: 1 to 4294967295, but not 252, 253, 254 or 255")
-	fs.Var((*reconcile.Priority)(&p.Priority), "priority", "rule `priority` owned by the agent: 1 to 32765")
-	fs.Var(prefixesValue{&p.Prefixes}, "prefix", "`CIDR` (repeatable): split main-table routes equal to or inside it")
+	fs.Var((*reconcile.OwnTable)(&p.Table), "table", "routing `table` owned by the agent: 1 to 4294967295, but not 252, 253, 254 or 255")
+	fs.Var((*reconcile.OwnPriority)(&p.Priority), "priority", "rule `priority` owned by the agent: 1 to 32765")
+	fs.Var((*reconcile.Prefixes)(&p.Prefixes), "prefix", "`CIDR` (repeatable): split main-table routes equal to or inside it")
 	fs.Var((*reconcile.LinkName)(&p.UnderlayLink), "underlay-link", "split main-table routes out of this `link` (never the default route)")
 	fs.Var(peersValue{&p.Peers}, "peers", "`auto`: give exactly the encrypting peer nodes (from every CiliumNode) the tunnel MTU, per InternalIP, through the main table's path to each; needs the API (empty: not set)")
 	o.encryption = encAuto
 	fs.Var(enumValue{&o.encryption, []string{encOn, encOff, encAuto}}, "encryption", "`mode`: on, off, or auto (read the node's CiliumNode)")
 	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"), "this node's CiliumNode: read with --encryption=auto, not a peer with --peers=auto (default $NODE_NAME)")
-	fs.Var((*reconcile.Protocol)(&p.Protocol), "protocol", "rtm_protocol / FRA_PROTOCOL `value` stamped on what the agent installs: 2 (kernel) or 4 to 255, or an iproute2 name")
+	fs.Var((*reconcile.OwnProtocol)(&p.Protocol), "protocol", "rtm_protocol / FRA_PROTOCOL `value` stamped on what the agent installs: 2 (kernel) or 4 to 255, or an iproute2 name")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "`address` for Prometheus /metrics, /healthz and /readyz with run, over plain HTTP to anyone; empty disables")
 	fs.StringVar(&o.secureMetricsAddr, "secure-metrics-addr", "", "`address` (such as :9185) for /metrics over HTTPS with run, to the bearer tokens the Kubernetes API server allows get on /metrics; empty disables")
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "PEM certificate `file` for --secure-metrics-addr, read again when it changes (default: a self-signed one made at start)")
@@ -273,32 +274,6 @@ func loopbackOnly(a string) bool {
 	host, _, _ := net.SplitHostPort(a)
 	ip, err := netip.ParseAddr(host)
 	return host == "localhost" || err == nil && ip.IsLoopback()
-}
-
-// prefixesValue is the repeatable --prefix.
-type prefixesValue struct{ ps *[]netip.Prefix }
-
-func (v prefixesValue) String() string {
-	if v.ps == nil {
-		return ""
-	}
-	var ss []string
-	for _, p := range *v.ps {
-		ss = append(ss, p.String())
-	}
-	return strings.Join(ss, ",")
-}
-
-func (v prefixesValue) Set(s string) error {
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		return fmt.Errorf("want a CIDR such as 10.0.0.0/16")
-	}
-	if p != p.Masked() {
-		return fmt.Errorf("host bits set: did you mean %v?", p.Masked())
-	}
-	*v.ps = append(*v.ps, p)
-	return nil
 }
 
 type enumValue struct {

@@ -41,12 +41,13 @@
 // the object and what it was before; a pass that changes nothing logs
 // nothing.
 //
-// Fight damping: when a pass has to make again the change it made last to
-// an object, someone undid it. The first five undos of an episode are
-// repaired at once; after that the object's repairs back off exponentially
-// (0.5 s doubling up to 5 min), one warning names the object and how often
-// it was undone, and marksplit_fights_damped_total counts each delayed
-// repair. An object left alone for 10 minutes starts afresh.
+// Fights: another program undoing what the agent made three times in a
+// row, each within a minute of the last, is a fight (reconcile.Reconciler
+// tells it from the kernel's own flushes by the origin of each change). One
+// warning per episode names the object and the program; every object is
+// repaired at once up to 20 times, then at most every 100 ms, so a fight
+// never becomes a hot loop and no repair waits longer. marksplit_fights_total
+// counts the episodes and marksplit_fight_in_progress is 1 during one.
 //
 // # Encryption mode
 //

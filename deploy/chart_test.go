@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/marksplit/marksplit/internal/kubewatch"
+	"github.com/marksplit/marksplit/internal/neighbours"
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
 	monv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
@@ -734,18 +735,18 @@ func TestChartAgreesWithAgent(t *testing.T) {
 	priorities := []uint64{0, 1, 2, 7, 8, 9, 10, 11, 19, 20, 21, 99, 100, 101, 108, 109, 112, 113, 900, 5209, 5210, 5240, 5270, 5271, 32765, 32766, 32767, 1 << 32}
 	for _, shared := range []bool{false, true} {
 		for _, n := range tables {
-			var v reconcile.Table
+			var v reconcile.OwnTable
 			err := v.Set(strconv.FormatUint(n, 10))
 			if err == nil && !shared {
-				err = neighbour(v.Neighbour())
+				err = neighbour(neighbours.Table(uint32(v)))
 			}
 			agree(t, fmt.Sprintf("table %d, allowShared %v", n, shared), map[string]any{"table": n, "allowShared": shared}, err)
 		}
 		for _, n := range priorities {
-			var v reconcile.Priority
+			var v reconcile.OwnPriority
 			err := v.Set(strconv.FormatUint(n, 10))
 			if err == nil && !shared {
-				err = neighbour(v.Neighbour())
+				err = neighbour(neighbours.Priority(uint32(v)))
 			}
 			agree(t, fmt.Sprintf("priority %d, allowShared %v", n, shared), map[string]any{"priority": n, "allowShared": shared}, err)
 		}
@@ -754,7 +755,7 @@ func TestChartAgreesWithAgent(t *testing.T) {
 	// Every protocol number, as a number, in decimal, and by its iproute2
 	// name where it has one.
 	for n := range 257 {
-		var v reconcile.Protocol
+		var v reconcile.OwnProtocol
 		err := v.Set(strconv.Itoa(n))
 		agree(t, fmt.Sprintf("protocol %d", n), map[string]any{"protocol": n}, err)
 		agree(t, fmt.Sprintf("protocol %q", strconv.Itoa(n)), map[string]any{"protocol": strconv.Itoa(n)}, err)
@@ -764,7 +765,7 @@ func TestChartAgreesWithAgent(t *testing.T) {
 			}
 		}
 	}
-	var p reconcile.Protocol
+	var p reconcile.OwnProtocol
 	agree(t, `protocol "zebra"`, map[string]any{"protocol": "zebra"}, p.Set("zebra"))
 
 	for _, m := range []string{

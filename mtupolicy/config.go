@@ -91,10 +91,10 @@ func (c Config) validate() error {
 	// each: reconcile's.
 	for _, err := range []error{
 		reconcile.LinkName(c.TunnelLink).Check(),
-		reconcile.Table(c.Table).Check(),
-		reconcile.Priority(c.Priority).Check(),
+		reconcile.OwnTable(c.Table).Check(),
+		reconcile.OwnPriority(c.Priority).Check(),
 		reconcile.MarkMask{Mark: c.Mark, Mask: c.Mask}.Check(),
-		reconcile.Protocol(c.Protocol).Check(),
+		reconcile.OwnProtocol(c.Protocol).Check(),
 	} {
 		if err != nil {
 			return err

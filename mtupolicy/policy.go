@@ -104,7 +104,7 @@ func (c Config) desired(v netwatch.View, mode Mode, split func(netwatch.View, ne
 	if mode != ModeOn && mode != ModeOff || !v.Synced() || c.Validate() != nil {
 		return reconcile.Desired{}, false
 	}
-	d.Own = reconcile.Own(c.Table, c.Priority)
+	d.Own = reconcile.Own(reconcile.OwnTable(c.Table), reconcile.OwnPriority(c.Priority))
 	if mode == ModeOff {
 		return d, true
 	}

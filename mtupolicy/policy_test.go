@@ -79,10 +79,7 @@ var (
 		Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: mtupolicy.DefaultProtocol}
 	rule6           = with(rule4, func(r *netwatch.Rule) { r.Family = netwatch.IPv6 })
 	nodeNetRepair   = with(nodeNet, func(r *netwatch.Route) { r.MTU = 0 }) // follows the link's again
-	ownedEverywhere = reconcile.Owned{
-		Tables:     []reconcile.OwnedTable{{Family: netwatch.IPv4, Table: 900}, {Family: netwatch.IPv6, Table: 900}},
-		Priorities: []reconcile.OwnedPriority{{Family: netwatch.IPv4, Priority: 900}, {Family: netwatch.IPv6, Priority: 900}},
-	}
+	ownedEverywhere = reconcile.Own(900, 900)
 )
 
 // node is an encrypting Cilium node whose main route to the node network

@@ -103,7 +103,8 @@ type Stats struct {
 
 // Watcher keeps a cache of a network namespace's links, addresses, routes
 // and rules, fed by rtnetlink multicast. Create it with New, start it with
-// Run, and read it with Read, Notify and Subscribe.
+// Run, and read it with Read and Subscribe (Barrier waits for it to hold
+// a change the caller made).
 type Watcher struct {
 	opts   Options
 	dialer rtnl.Dialer // the kernel in opts.NetNS, or a fake kernel

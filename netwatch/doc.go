@@ -34,8 +34,7 @@
 // A View answers what policies ask: Link, LinkByName, Addrs, Routes, Rules,
 // and the questions every policy has: SourceAddrs (a link's usable
 // addresses of a family, primary first), DefaultRoutes (out of a link,
-// lowest metric first), ConnectedRoutes (a link's subnets), each in a
-// documented order, and RoutesWithin (the routes inside a prefix). Link and
+// lowest metric first), each in a documented order, and RoutesWithin (the routes inside a prefix). Link and
 // address flags are typed and tested as net.Interface's are
 // (l.Flags&LinkUp != 0; LinkLowerUp, AddrTentative, and Addr.Usable).
 // Options.RouteTables limits the route cache to some tables; View.Cached

@@ -10,7 +10,6 @@ import (
 
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/netwatchtest"
-	"golang.org/x/sys/unix"
 )
 
 // subscribe starts a subscription, with the link names of the view the
@@ -54,7 +53,7 @@ func printChanges(sub *netwatch.Subscription, names map[uint32]string, n int) er
 
 // A consumer of every change, with its origin. Here the watcher runs on
 // netwatch/netwatchtest's fake kernel, so that the example's changes are the
-// same on every machine; a program leaves Options.Dialer nil. Another
+// same on every machine; a program leaves Options.NetNS nil. Another
 // program adds a route; then the link goes down: the kernel announces
 // the link, flushes the link's IPv4 routes without a word, and the
 // watcher's re-dump reports the route gone, as its finding.
@@ -85,8 +84,8 @@ func ExampleWatcher_Subscribe() {
 		return
 	}
 	defer prog.Close()
-	if err := prog.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("198.51.100.0/24"),
-		Gateway: netip.MustParseAddr("192.0.2.1"), Index: eth0, Protocol: unix.RTPROT_STATIC}); err != nil {
+	if err := prog.AddRoute(netwatch.Route{Family: netwatch.IPv4, Table: 900, Dst: netip.MustParsePrefix("198.51.100.0/24"),
+		Gateway: netip.MustParseAddr("192.0.2.1"), Index: eth0, Protocol: netwatch.ProtoStatic, Type: netwatch.RouteUnicast}); err != nil {
 		fmt.Println(err)
 		return
 	}

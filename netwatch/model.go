@@ -548,7 +548,23 @@ func (r Route) Clean() Route {
 }
 
 // Matches reports whether r and o are the same route once both are Clean:
-// whether a desired route r is in the kernel as o.
+// whether a desired route r is in the kernel as o. An IPv6 reject route
+// (blackhole, unreachable, prohibit, throw) that r names without an output
+// link matches one on lo: the kernel hangs every such route on the
+// loopback link and reports it as "dev lo".
 func (r Route) Matches(o Route) bool {
-	return r.Clean().Equal(o.Clean())
+	r, o = r.Clean(), o.Clean()
+	if r.Family == IPv6 && r.Index == 0 && o.Index == loopbackIndex && r.Type.rejects() {
+		o.Index = 0
+	}
+	return r.Equal(o)
+}
+
+// loopbackIndex is lo's index, the same in every network namespace.
+const loopbackIndex = 1
+
+// rejects reports whether routes of type t drop the packets they match
+// (or, for throw, end the table's lookup) instead of forwarding them.
+func (t RouteType) rejects() bool {
+	return t >= RouteBlackhole && t <= RouteThrow
 }

@@ -61,7 +61,7 @@ func (o Op) Describe(links func(index uint32) (Link, bool)) string {
 // state is written out whole rather than word by word, which reads better
 // when the path changes:
 //
-//	table 920: 0.0.0.0/0 via 192.0.2.254 dev eth1 (was 0.0.0.0/0 via 192.0.2.1 dev eth1)
+//	table 920: default via 192.0.2.254 dev eth1 (was default via 192.0.2.1 dev eth1)
 func (o Op) DescribeWhole(links func(index uint32) (Link, bool)) string {
 	if o.Kind != RouteReplace || o.Repair || !o.HasWas {
 		return o.Describe(links)

@@ -200,8 +200,8 @@ func (v View) Tables(f Family) []Table {
 
 // Routes yields the routes of family f in table t, in no particular order
 // (mostly the kernel's dump order). For the routes a policy usually wants,
-// see DefaultRoutes and ConnectedRoutes, which return them in a documented
-// order, and RoutesWithin.
+// see DefaultRoutes, which returns them in a documented order, and
+// RoutesWithin.
 func (v View) Routes(f Family, t Table) iter.Seq[Route] {
 	return func(yield func(Route) bool) {
 		if tb := v.s.table(f, t, false); tb != nil {

@@ -98,17 +98,6 @@ func (v View) DefaultRoutes(f Family, t Table, index uint32) []Route {
 	return rs
 }
 
-// ConnectedRoutes returns the routes the kernel made for the subnets of
-// link index's addresses of family f: the main table's routes out of the
-// link with protocol kernel and no gateway (IPv6's fe80::/64 among them),
-// sorted by RouteKey.Compare.
-func (v View) ConnectedRoutes(index uint32, f Family) []Route {
-	rs := v.routesOut(f, TableMain, index)
-	return slices.DeleteFunc(rs, func(r Route) bool {
-		return r.Protocol != ProtoKernel || r.Gateway.IsValid() || r.NextHops != nil || r.Type != RouteUnicast
-	})
-}
-
 // paths returns the route's paths: its NextHops when it is multipath, else
 // one made of its own gateway, link and flags. A route through a nexthop
 // object (NHID) has none.

@@ -30,7 +30,7 @@ type Config struct {
 // family: Plan removes what the policy owns, and marked packets follow the
 // main table.
 func (c Config) Desired(v netwatch.View) reconcile.Desired {
-	d := reconcile.Desired{Own: reconcile.Own(c.Table, c.Priority)}
+	d := reconcile.Desired{Own: reconcile.Own(reconcile.OwnTable(c.Table), reconcile.OwnPriority(c.Priority))}
 	link, ok := v.LinkByName(c.Uplink)
 	switch {
 	case !ok:

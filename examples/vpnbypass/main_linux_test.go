@@ -4,9 +4,17 @@ package main
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 )
+
+// run is the whole program, as main runs it, for the tests.
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	var c Config
+	p, policy := program(&c)
+	return p.Run(ctx, args, stderr, policy)
+}
 
 // TestRunExitCodes checks what run returns before it touches a kernel:
 // 2 and one line naming the flag for a bad command line, 0 and the usage
@@ -18,8 +26,10 @@ func TestRunExitCodes(t *testing.T) {
 		want string
 	}{
 		{[]string{"--link", "vpn0"}, 2, "vpnbypass: --prefix is required"},
-		{[]string{"--prefix", "10.8.0.1/16"}, 2, `vpnbypass: --prefix "10.8.0.1/16": host bits set`},
-		{[]string{"--prefix", "10.8.0.0/16", "--table", "main"}, 2, `vpnbypass: --table "main": not a table number`},
+		{[]string{"--prefix", "10.8.0.1/16"}, 2, `vpnbypass: invalid value "10.8.0.1/16" for flag -prefix: host bits set`},
+		{[]string{"--prefix", "10.8.0.0/16", "--table", "main"}, 2, `vpnbypass: invalid value "main" for flag -table: not a table number`},
+		{[]string{"--prefix", "10.8.0.0/16", "--resync", "-1s"}, 2, "vpnbypass: --resync -1s: must not be negative"},
+		{[]string{"--prefix", "10.8.0.0/16", "extra"}, 2, `vpnbypass: unexpected argument "extra"`},
 		{[]string{"--nope"}, 2, "vpnbypass: flag provided but not defined: -nope"},
 		{[]string{"-h"}, 0, "usage: vpnbypass --prefix CIDR"},
 		{[]string{"--prefix", "10.8.0.0/16", "--netns", "/nonexistent/ns"}, 1, "vpnbypass: netwatch: open network namespace /nonexistent/ns"},

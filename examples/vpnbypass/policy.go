@@ -31,7 +31,7 @@ type Config struct {
 // packet without the VPN's mark to the table. While the link is absent or
 // down, nothing: Plan removes whatever the policy owns.
 func (c Config) Desired(v netwatch.View) reconcile.Desired {
-	d := reconcile.Desired{Own: reconcile.Own(c.Table, c.Priority)}
+	d := reconcile.Desired{Own: reconcile.Own(reconcile.OwnTable(c.Table), reconcile.OwnPriority(c.Priority))}
 	link, ok := v.LinkByName(c.Link)
 	switch {
 	case !ok:

@@ -1,39 +1,68 @@
 package reconcile
 
-import "github.com/marksplit/marksplit/netwatch"
+import (
+	"slices"
+
+	"github.com/marksplit/marksplit/netwatch"
+)
 
 // Owned names the objects a caller owns: every route in an owned table and
 // every rule at an owned priority, per family. Plan removes what is owned
-// and not desired; it never removes anything else.
+// and not desired; it never removes anything else. Own builds one; the zero
+// Owned owns nothing. Plan checks every table and priority again, so a value
+// converted from a raw number (OwnTable(254)) is refused with a PlanError
+// before anything is planned.
 type Owned struct {
-	Tables     []OwnedTable
-	Priorities []OwnedPriority
+	tables []ownedTable
+	prios  []ownedPriority
 }
 
 // Own returns the scope most policies own: table and priority, in both
 // families. A zero table or priority is left out, for a policy that owns
 // only rules or only routes.
-func Own(table netwatch.Table, priority uint32) Owned {
+func Own(table OwnTable, priority OwnPriority) Owned {
 	var o Owned
 	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
 		if table != 0 {
-			o.Tables = append(o.Tables, OwnedTable{f, table})
+			o.tables = append(o.tables, ownedTable{f, netwatch.Table(table)})
 		}
 		if priority != 0 {
-			o.Priorities = append(o.Priorities, OwnedPriority{f, priority})
+			o.prios = append(o.prios, ownedPriority{f, uint32(priority)})
 		}
 	}
 	return o
 }
 
-// OwnedTable is a routing table of one family.
-type OwnedTable struct {
+// Only returns the part of o in family f.
+func (o Owned) Only(f netwatch.Family) Owned {
+	var n Owned
+	for _, t := range o.tables {
+		if t.Family == f {
+			n.tables = append(n.tables, t)
+		}
+	}
+	for _, p := range o.prios {
+		if p.Family == f {
+			n.prios = append(n.prios, p)
+		}
+	}
+	return n
+}
+
+// Equal reports whether o and p own the same tables and priorities, in
+// the same order (go-cmp uses it to compare Desired states).
+func (o Owned) Equal(p Owned) bool {
+	return slices.Equal(o.tables, p.tables) && slices.Equal(o.prios, p.prios)
+}
+
+// ownedTable is a routing table of one family.
+type ownedTable struct {
 	Family netwatch.Family
 	Table  netwatch.Table
 }
 
-// OwnedPriority is a rule priority of one family.
-type OwnedPriority struct {
+// ownedPriority is a rule priority of one family.
+type ownedPriority struct {
 	Family   netwatch.Family
 	Priority uint32
 }
@@ -46,10 +75,15 @@ type Desired struct {
 	// A desired route sets Family, Table, Dst (masked), Type
 	// (netwatch.RouteUnicast for an ordinary route) and, for a unicast
 	// route, a next hop: Index, Gateway, NextHops or NHID. Everything else
-	// is optional and, when set, must be as the kernel reports it (Scope
-	// universe for a route via a gateway, link for one without; IPv6 metric
-	// 0 is taken as 1024). Plan refuses a route that lacks what the kernel
-	// needs with a PlanError naming the field.
+	// is optional and, when set, must be as the kernel reports it: for
+	// IPv4, Scope universe for a route via a gateway and link for one
+	// without; for IPv6, Scope always universe, and metric 0 is taken as
+	// the kernel's 1024. A reject route (blackhole, unreachable, prohibit,
+	// throw) has no output link, in both families: that the kernel reports
+	// IPv6 ones as "dev lo" is its own detail. Plan refuses a route that
+	// lacks what the kernel needs with a PlanError naming the field. A
+	// route the kernel keeps otherwise than desired is rewritten on every
+	// pass; the Reconciler warns of it once, naming the field.
 	Routes []netwatch.Route
 	// Rules must exist exactly once each; each must be at an owned priority.
 	// A desired rule sets Family, Priority and Action

@@ -6,6 +6,8 @@ import (
 	"github.com/marksplit/marksplit/netwatch"
 
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 )
 
@@ -46,6 +48,11 @@ type object struct {
 	by          netwatch.Origin
 	fighting    bool
 	ep          *episode // while fighting
+	// wrote is the route the Reconciler last wrote to this key (hasWrote);
+	// diverged is set once the kernel was seen to keep it otherwise
+	// (diverging).
+	wrote              netwatch.Route
+	hasWrote, diverged bool
 }
 
 // episode is a fight with one program, over as many objects as it undoes
@@ -106,6 +113,39 @@ func (l *loop) observe(v netwatch.View, now time.Time) {
 	}
 }
 
+// diverging warns, once per route, of a replace planned again for a
+// route the kernel holds as the Reconciler last wrote it, with no change
+// by anyone else since: the kernel stores the desired route otherwise
+// than the policy names it, and every pass would rewrite it. The warning
+// names the route and the fields that differ.
+func (l *loop) diverging(ops []netwatch.Op, lines []string) {
+	for i, op := range ops {
+		if op.Kind != netwatch.RouteReplace || !op.HasWas {
+			continue
+		}
+		o := l.objs[opObjectID(op)]
+		if o == nil || !o.made || o.diverged || !o.hasWrote || !o.wrote.Equal(op.Route.Clean()) {
+			continue // not the same route written again over what it made
+		}
+		o.diverged = true
+		l.log.Warn("reconcile: the kernel keeps a route otherwise than desired, so every pass rewrites it; desire it as the kernel reports it",
+			"route", lines[i], "differs", routeDiff(op.Route.Clean(), op.Was.Clean()))
+	}
+}
+
+// routeDiff names the fields in which want and got differ, with both
+// values: "Index: 0, kernel 1".
+func routeDiff(want, got netwatch.Route) string {
+	var ds []string
+	wv, gv := reflect.ValueOf(want), reflect.ValueOf(got)
+	for i := range wv.NumField() {
+		if !reflect.DeepEqual(wv.Field(i).Interface(), gv.Field(i).Interface()) {
+			ds = append(ds, fmt.Sprintf("%s: %v, kernel %v", wv.Type().Field(i).Name, wv.Field(i).Interface(), gv.Field(i).Interface()))
+		}
+	}
+	return strings.Join(ds, "; ")
+}
+
 // admit takes a token for each operation in order and returns how many
 // may run now: the rest wait for their objects' buckets to refill.
 func (l *loop) admit(ops []netwatch.Op, texts []string, now time.Time) int {
@@ -131,6 +171,10 @@ func (l *loop) admit(ops []netwatch.Op, texts []string, now time.Time) int {
 func (l *loop) made(op netwatch.Op, now time.Time) {
 	if o := l.objs[opObjectID(op)]; o != nil {
 		o.made, o.touched = true, now
+		o.hasWrote = op.Kind == netwatch.RouteReplace
+		if o.hasWrote {
+			o.wrote = op.Route.Clean()
+		}
 	}
 }
 

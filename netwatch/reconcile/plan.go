@@ -14,15 +14,16 @@ import (
 // so nothing is removed.
 var ErrNotSynced = errors.New("view not synced")
 
-// PlanError is Plan's error for a Desired it rejects: a route outside the
-// owned tables, two routes with one key, an IPv6 route with metric 0. It
+// PlanError is Plan's error for a Desired it rejects: an owned table or
+// priority that belongs to the kernel, a route outside the owned tables,
+// two routes with one key, a route without what the kernel needs. It
 // is a bug in the policy that no retry mends: the Reconciler logs it once
 // and waits for the next change instead of retrying.
 type PlanError struct {
 	Err error
 }
 
-func (e *PlanError) Error() string { return "netwatch: plan: " + e.Err.Error() }
+func (e *PlanError) Error() string { return "reconcile: plan: " + e.Err.Error() }
 func (e *PlanError) Unwrap() error { return e.Err }
 
 // Plan returns the operations that take the kernel from v to d. It is pure:
@@ -79,7 +80,7 @@ func (e *PlanError) Unwrap() error { return e.Err }
 // kernel already holds.
 func Plan(v netwatch.View, d Desired) ([]netwatch.Op, error) {
 	if !v.Synced() {
-		return nil, fmt.Errorf("netwatch: plan: %w", ErrNotSynced)
+		return nil, fmt.Errorf("reconcile: plan: %w", ErrNotSynced)
 	}
 	p, err := newPlanner(v, d)
 	if err != nil {
@@ -95,10 +96,10 @@ func Plan(v netwatch.View, d Desired) ([]netwatch.Op, error) {
 }
 
 type planner struct {
-	tables  map[OwnedTable]bool
-	prios   map[OwnedPriority]bool
+	tables  map[ownedTable]bool
+	prios   map[ownedPriority]bool
 	routes  map[netwatch.RouteKey]netwatch.Route
-	rules   map[OwnedPriority][]netwatch.Rule // deduplicated, in the order given
+	rules   map[ownedPriority][]netwatch.Rule // deduplicated, in the order given
 	repairs map[netwatch.RouteKey]netwatch.Route
 
 	replaces []opGroup     // desired routes, with any deletes they need first
@@ -112,7 +113,7 @@ type planner struct {
 // the order they must run.
 type opGroup struct {
 	key  netwatch.RouteKey // route groups
-	prio OwnedPriority     // rule groups
+	prio ownedPriority     // rule groups
 	ops  []netwatch.Op
 }
 
@@ -121,10 +122,10 @@ type opGroup struct {
 // errors are a bug in the policy, named as the log lines name things.
 func newPlanner(v netwatch.View, d Desired) (*planner, error) {
 	p := &planner{
-		tables:  make(map[OwnedTable]bool),
-		prios:   make(map[OwnedPriority]bool),
+		tables:  make(map[ownedTable]bool),
+		prios:   make(map[ownedPriority]bool),
 		routes:  make(map[netwatch.RouteKey]netwatch.Route),
-		rules:   make(map[OwnedPriority][]netwatch.Rule),
+		rules:   make(map[ownedPriority][]netwatch.Rule),
 		repairs: make(map[netwatch.RouteKey]netwatch.Route),
 	}
 	if err := p.own(d.Own); err != nil {
@@ -144,15 +145,21 @@ func newPlanner(v netwatch.View, d Desired) (*planner, error) {
 
 // own records the owned tables and priorities, each of a known family.
 func (p *planner) own(owned Owned) error {
-	for _, t := range owned.Tables {
+	for _, t := range owned.tables {
 		if err := checkFamily(t.Family); err != nil {
 			return fmt.Errorf("owned table %v: %w", t.Table, err)
 		}
+		if err := OwnTable(t.Table).Check(); err != nil {
+			return fmt.Errorf("owned %v %w", t.Family, err)
+		}
 		p.tables[t] = true
 	}
-	for _, o := range owned.Priorities {
+	for _, o := range owned.prios {
 		if err := checkFamily(o.Family); err != nil {
 			return fmt.Errorf("owned priority %d: %w", o.Priority, err)
+		}
+		if err := OwnPriority(o.Priority).Check(); err != nil {
+			return fmt.Errorf("owned %v %w", o.Family, err)
 		}
 		p.prios[o] = true
 	}
@@ -168,7 +175,7 @@ func (p *planner) wantRoutes(v netwatch.View, rs []netwatch.Route) error {
 			return fmt.Errorf("%s: %w", planRouteName(v, r), err)
 		}
 		r = r.Clean()
-		if !p.tables[OwnedTable{r.Family, r.Table}] {
+		if !p.tables[ownedTable{r.Family, r.Table}] {
 			return fmt.Errorf("%s: table %v is not owned", planRouteName(v, r), r.Table)
 		}
 		if o, ok := p.routes[r.Key()]; ok && !o.Matches(r) {
@@ -184,7 +191,7 @@ func (p *planner) wantRoutes(v netwatch.View, rs []netwatch.Route) error {
 // error: one add would fail on every pass.
 func (p *planner) wantRules(rs []netwatch.Rule) error {
 	for _, r := range rs {
-		o := OwnedPriority{r.Family, r.Priority}
+		o := ownedPriority{r.Family, r.Priority}
 		if err := checkFamily(r.Family); err != nil {
 			return fmt.Errorf("%s: %w", ruleName(r), err)
 		}
@@ -219,7 +226,7 @@ func (p *planner) wantRepairs(v netwatch.View, rs []netwatch.Route) error {
 			return fmt.Errorf("repair of %s: %w", planRouteName(v, r), err)
 		}
 		r = r.Clean()
-		if p.tables[OwnedTable{r.Family, r.Table}] {
+		if p.tables[ownedTable{r.Family, r.Table}] {
 			return fmt.Errorf("repair of %s: table %v is owned", planRouteName(v, r), r.Table)
 		}
 		if o, ok := p.repairs[r.Key()]; ok && !o.Matches(r) {
@@ -425,7 +432,7 @@ func (p *planner) planRules(v netwatch.View) {
 }
 
 // planPriority plans the rules at one owned priority.
-func (p *planner) planPriority(o OwnedPriority, cur, want []netwatch.Rule) {
+func (p *planner) planPriority(o ownedPriority, cur, want []netwatch.Rule) {
 	kept := make([]bool, len(cur))
 	var missing []netwatch.Rule
 	for _, w := range want {

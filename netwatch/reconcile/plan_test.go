@@ -303,13 +303,13 @@ func TestPlanNotSynced(t *testing.T) {
 	if !errors.Is(err, ErrNotSynced) || ops != nil {
 		t.Fatalf("Plan(unsynced) = %v, %v; want nil, ErrNotSynced", ops, err)
 	}
-	if got, want := err.Error(), "netwatch: plan: view not synced"; got != want {
+	if got, want := err.Error(), "reconcile: plan: view not synced"; got != want {
 		t.Errorf("error %q, want %q", got, want)
 	}
 }
 
 func TestPlanInvalid(t *testing.T) {
-	own4 := Owned{Tables: []OwnedTable{{netwatch.IPv4, 900}}, Priorities: []OwnedPriority{{netwatch.IPv4, 900}}}
+	own4 := Own(900, 900).Only(netwatch.IPv4)
 	tests := []struct {
 		name string
 		d    Desired
@@ -327,7 +327,7 @@ func TestPlanInvalid(t *testing.T) {
 		{"two routes, one key", Desired{Own: own, Routes: []netwatch.Route{tr, with(tr, func(r *netwatch.Route) { r.MTU = 1420 })}}, "one key"},
 		{"repair in an owned table", Desired{Own: own, Repairs: []netwatch.Route{tr}}, "is owned"},
 		{"two repairs, one key", Desired{Own: own, Repairs: []netwatch.Route{mainRoute, with(mainRoute, func(r *netwatch.Route) { r.MTU = 1 })}}, "one key"},
-		{"owned table without a family", Desired{Own: Owned{Tables: []OwnedTable{{0, 900}}}}, "family"},
+		{"owned table without a family", Desired{Own: Owned{tables: []ownedTable{{0, 900}}}}, "family"},
 		{"route without a type", Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Type = 0 })}}, "Type is not set (netwatch.RouteUnicast"},
 		{"unicast route without a next hop", Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Index, r.Gateway = 0, netip.Addr{} })}}, "needs a next hop: set Index"},
 		{"repair without a type", Desired{Own: own, Repairs: []netwatch.Route{with(mainRoute, func(r *netwatch.Route) { r.Type = 0 })}}, "Type is not set"},
@@ -341,8 +341,8 @@ func TestPlanInvalid(t *testing.T) {
 			if err == nil || ops != nil {
 				t.Fatalf("Plan = %v, %v; want an error", ops, err)
 			}
-			if !strings.HasPrefix(err.Error(), "netwatch: plan: ") || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %q, want \"netwatch: plan: …%s…\"", err, tt.want)
+			if !strings.HasPrefix(err.Error(), "reconcile: plan: ") || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q, want \"reconcile: plan: …%s…\"", err, tt.want)
 			}
 		})
 	}
@@ -400,9 +400,9 @@ func TestPlanScope(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		tables := []netwatch.Table{900, 901, netwatch.TableMain, 200, 2004}
 		prios := []uint32{900, 901, 1, 100, 32766}
-		ownT := OwnedTable{rapid.SampledFrom([]netwatch.Family{netwatch.IPv4, netwatch.IPv6}).Draw(t, "ownFamily"), 900}
-		ownP := OwnedPriority{rapid.SampledFrom([]netwatch.Family{netwatch.IPv4, netwatch.IPv6}).Draw(t, "ownPrioFamily"), 900}
-		d := Desired{Own: Owned{Tables: []OwnedTable{ownT}, Priorities: []OwnedPriority{ownP}}}
+		ownT := ownedTable{rapid.SampledFrom([]netwatch.Family{netwatch.IPv4, netwatch.IPv6}).Draw(t, "ownFamily"), 900}
+		ownP := ownedPriority{rapid.SampledFrom([]netwatch.Family{netwatch.IPv4, netwatch.IPv6}).Draw(t, "ownPrioFamily"), 900}
+		d := Desired{Own: Owned{tables: []ownedTable{ownT}, prios: []ownedPriority{ownP}}}
 
 		genRoute := func(t *rapid.T, label string, table netwatch.Table, fam netwatch.Family) netwatch.Route {
 			r := netwatch.Route{Family: fam, Table: table, Type: netwatch.RouteUnicast, Index: rapid.Uint32Range(1, 3).Draw(t, label+"Index")}
@@ -477,7 +477,7 @@ func TestPlanScope(t *testing.T) {
 		for _, op := range ops {
 			switch {
 			case op.Kind == netwatch.RuleAdd || op.Kind == netwatch.RuleDelete:
-				if (OwnedPriority{op.Rule.Family, op.Rule.Priority}) != ownP {
+				if (ownedPriority{op.Rule.Family, op.Rule.Priority}) != ownP {
 					t.Fatalf("%v of rule %v outside the owned priority", op.Kind, op.Rule)
 				}
 			case op.Repair:
@@ -485,7 +485,7 @@ func TestPlanScope(t *testing.T) {
 					t.Fatalf("repair %v of %v not asked for", op.Kind, op.Route)
 				}
 			default:
-				if (OwnedTable{op.Route.Family, op.Route.Table}) != ownT {
+				if (ownedTable{op.Route.Family, op.Route.Table}) != ownT {
 					t.Fatalf("%v of route %v outside the owned table", op.Kind, op.Route)
 				}
 			}
@@ -504,17 +504,21 @@ func TestPlanScope(t *testing.T) {
 // ones.
 func TestOwn(t *testing.T) {
 	want := Owned{
-		Tables:     []OwnedTable{{netwatch.IPv4, 900}, {netwatch.IPv6, 900}},
-		Priorities: []OwnedPriority{{netwatch.IPv4, 900}, {netwatch.IPv6, 900}},
+		tables: []ownedTable{{netwatch.IPv4, 900}, {netwatch.IPv6, 900}},
+		prios:  []ownedPriority{{netwatch.IPv4, 900}, {netwatch.IPv6, 900}},
 	}
 	if got := Own(900, 900); !cmp.Equal(got, want) {
 		t.Errorf("Own(900, 900) = %+v, want %+v", got, want)
 	}
-	if got := Own(0, 900); got.Tables != nil || len(got.Priorities) != 2 {
+	if got := Own(0, 900); got.tables != nil || len(got.prios) != 2 {
 		t.Errorf("Own(0, 900) = %+v, want two priorities and no table", got)
 	}
-	if got := Own(900, 0); got.Priorities != nil || len(got.Tables) != 2 {
+	if got := Own(900, 0); got.prios != nil || len(got.tables) != 2 {
 		t.Errorf("Own(900, 0) = %+v, want two tables and no priority", got)
+	}
+	want6 := Owned{tables: []ownedTable{{netwatch.IPv6, 900}}, prios: []ownedPriority{{netwatch.IPv6, 900}}}
+	if got := Own(900, 900).Only(netwatch.IPv6); !got.Equal(want6) || got.Equal(want) {
+		t.Errorf("Own(900, 900).Only(IPv6) = %+v, want %+v", got, want6)
 	}
 }
 

@@ -172,7 +172,7 @@ const (
 )
 
 // errIncomplete is Run's error when a required field is missing.
-var errIncomplete = errors.New("netwatch: reconciler needs a Watcher, an Applier and a Policy")
+var errIncomplete = errors.New("reconcile: reconciler needs a Watcher, an Applier and a Policy")
 
 // Trigger asks for a pass soon, as a change of the cache does: for what
 // the policy reads from outside the view. It does not block and may be
@@ -195,7 +195,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 }
 
 // ErrNotConverged is Once's error when passes keep finding work.
-var ErrNotConverged = errors.New("netwatch: not converged")
+var ErrNotConverged = errors.New("reconcile: not converged")
 
 // Once waits until the cache is synced and the policy can tell (or ctx
 // ends), then runs passes until one finds nothing to do: it returns nil
@@ -215,7 +215,7 @@ func (r *Reconciler) Once(ctx context.Context) error {
 		case !p.Planned:
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("netwatch: nothing planned: %w", ctx.Err())
+				return fmt.Errorf("reconcile: nothing planned: %w", ctx.Err())
 			case <-ch:
 			case <-r.trig.c():
 			}
@@ -469,6 +469,7 @@ func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan
 		l.r.converged.Store(true)
 		return p, nil, changed
 	}
+	l.diverging(ops, pl.lines)
 	n := l.admit(ops, pl.texts, now)
 	p.Deferred = len(ops) - n
 	res, err := l.r.Applier.Apply(ops[:n])
@@ -566,13 +567,13 @@ func (l *loop) failed(err error, change string) {
 	var ae *netwatch.ApplyError
 	switch {
 	case isPlanError(err):
-		l.log.Error("netwatch: the policy's desired state cannot be planned; waiting for a change", "err", err)
+		l.log.Error("reconcile: the policy's desired state cannot be planned; waiting for a change", "err", err)
 	case permanent(err) && errors.As(err, &ae):
-		l.log.Error("netwatch: the kernel refuses a change of the desired state as invalid; waiting for a change", "change", change, "op", ae.Op.Kind.String(), "err", ae.Err)
+		l.log.Error("reconcile: the kernel refuses a change of the desired state as invalid; waiting for a change", "change", change, "op", ae.Op.Kind.String(), "err", ae.Err)
 	case errors.As(err, &ae) && change != "":
-		l.log.Warn("netwatch: reconcile pass failed; retrying", "change", change, "op", ae.Op.Kind.String(), "err", ae.Err)
+		l.log.Warn("reconcile: pass failed; retrying", "change", change, "op", ae.Op.Kind.String(), "err", ae.Err)
 	default:
-		l.log.Warn("netwatch: reconcile pass failed; retrying", "err", err)
+		l.log.Warn("reconcile: pass failed; retrying", "err", err)
 	}
 }
 
@@ -607,7 +608,7 @@ func noteKey(n string) string {
 // recovered notes a pass that did not fail.
 func (l *loop) recovered() {
 	if l.lastErr != "" {
-		l.log.Info("netwatch: reconcile passes succeed again", "after", l.lastErr)
+		l.log.Info("reconcile: passes succeed again", "after", l.lastErr)
 		l.lastErr = ""
 	}
 }

@@ -3,6 +3,8 @@ package reconcile
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,14 +17,14 @@ import (
 // that does not repeat the input, for the caller to prefix with the flag's
 // name.
 
-// Table is a routing table a program may own: 1 to 4294967295, except the
+// OwnTable is a routing table a program may own: 1 to 4294967295, except the
 // kernel's own (0 unspec, 253 default, 254 main, 255 local) and 252, which
 // rtnetlink headers say for every table above 255. Text: a number, decimal
 // or 0x hex.
-type Table netwatch.Table
+type OwnTable netwatch.Table
 
 // Check reports why t cannot be owned, or nil.
-func (t Table) Check() error {
+func (t OwnTable) Check() error {
 	switch netwatch.Table(t) {
 	case 0, 252, 253, netwatch.TableMain, netwatch.TableLocal:
 		return fmt.Errorf("table %d is reserved (0, 252, 253 default, 254 main, 255 local): choose one of your own", uint32(t))
@@ -31,40 +33,27 @@ func (t Table) Check() error {
 }
 
 // Set parses and checks a table number.
-func (t *Table) Set(s string) error {
+func (t *OwnTable) Set(s string) error {
 	n, err := strconv.ParseUint(s, 0, 32)
 	if err != nil {
 		return errors.New("not a table number (1 to 4294967295, but not 252 to 255)")
 	}
-	if err := Table(n).Check(); err != nil {
+	if err := OwnTable(n).Check(); err != nil {
 		return err
 	}
-	*t = Table(n)
+	*t = OwnTable(n)
 	return nil
 }
 
-func (t Table) String() string { return strconv.FormatUint(uint64(t), 10) }
+func (t OwnTable) String() string { return strconv.FormatUint(uint64(t), 10) }
 
-// Neighbour names the known program whose tables include t ("Cilium's
-// table 2004"), or returns "". Owning it would remove that program's
-// routes: a program refuses such a value unless told to share it.
-func (t Table) Neighbour() string {
-	switch n := uint32(t); {
-	case n >= 200 && n <= 202 || n == 2004 || n == 2005:
-		return fmt.Sprintf("Cilium's table %d", n)
-	case n == 52:
-		return "Tailscale's table 52"
-	}
-	return ""
-}
-
-// Priority is a rule priority a program may own: 1 to 32765. 0 is the
+// OwnPriority is a rule priority a program may own: 1 to 32765. 0 is the
 // kernel's local rule; 32766 and 32767 are the main and default tables'
 // rules, and a rule after main's would never see a packet that main routes.
-type Priority uint32
+type OwnPriority uint32
 
 // Check reports why p cannot be owned, or nil.
-func (p Priority) Check() error {
+func (p OwnPriority) Check() error {
 	switch {
 	case p == 0:
 		return errors.New("priority 0 is the kernel's local rule: choose 1 to 32765")
@@ -74,32 +63,20 @@ func (p Priority) Check() error {
 	return nil
 }
 
-// Neighbour names the known program whose rules are at p ("Cilium's rule
-// priority 100"), or returns "", as Table.Neighbour does.
-func (p Priority) Neighbour() string {
-	switch n := uint32(p); {
-	case n == 1 || n >= 8 && n <= 10 || n == 20 || n == 100 || n >= 109 && n <= 112:
-		return fmt.Sprintf("Cilium's rule priority %d", n)
-	case n >= 5210 && n <= 5270:
-		return fmt.Sprintf("Tailscale's rule priority %d", n)
-	}
-	return ""
-}
-
 // Set parses and checks a priority, decimal or 0x hex.
-func (p *Priority) Set(s string) error {
+func (p *OwnPriority) Set(s string) error {
 	n, err := strconv.ParseUint(s, 0, 32)
 	if err != nil {
 		return errors.New("not a rule priority (1 to 32765)")
 	}
-	if err := Priority(n).Check(); err != nil {
+	if err := OwnPriority(n).Check(); err != nil {
 		return err
 	}
-	*p = Priority(n)
+	*p = OwnPriority(n)
 	return nil
 }
 
-func (p Priority) String() string { return strconv.FormatUint(uint64(p), 10) }
+func (p OwnPriority) String() string { return strconv.FormatUint(uint64(p), 10) }
 
 // MarkMask is a firewall mark under a mask, as a rule matches it: text
 // MARK/MASK, each decimal or 0x hex, as ip-rule(8) prints it. The mask is
@@ -149,16 +126,16 @@ func (m *MarkMask) Set(s string) error {
 
 func (m MarkMask) String() string { return m.Mark.String() + "/" + m.Mask.String() }
 
-// Protocol is the routing protocol a program stamps on what it installs,
+// OwnProtocol is the routing protocol a program stamps on what it installs,
 // so that `ip route show proto N` lists it: 2 (kernel) or 4 to 255. 0, 1
 // and 3 mean something else to the kernel or to iproute2 (unspec,
 // redirect, boot). Kernel is allowed: systemd-networkd never removes
 // routes and rules of that protocol. Text: a number or an iproute2 name
 // (static, dhcp, ...).
-type Protocol netwatch.Protocol
+type OwnProtocol netwatch.Protocol
 
 // Check reports why p cannot be stamped on owned objects, or nil.
-func (p Protocol) Check() error {
+func (p OwnProtocol) Check() error {
 	if netwatch.Protocol(p) < netwatch.ProtoStatic && netwatch.Protocol(p) != netwatch.ProtoKernel {
 		return fmt.Errorf("protocol %d means something to the kernel (0 unspec, 1 redirect, 3 boot): use 2 (kernel) or 4 to 255", uint8(p))
 	}
@@ -166,7 +143,7 @@ func (p Protocol) Check() error {
 }
 
 // Set parses and checks a protocol number or name.
-func (p *Protocol) Set(s string) error {
+func (p *OwnProtocol) Set(s string) error {
 	v, ok := parseProtocol(s)
 	if !ok {
 		return errors.New("not a protocol: a number (2, or 4 to 255) or an iproute2 name such as static")
@@ -178,19 +155,19 @@ func (p *Protocol) Set(s string) error {
 	return nil
 }
 
-func parseProtocol(s string) (Protocol, bool) {
+func parseProtocol(s string) (OwnProtocol, bool) {
 	if n, err := strconv.ParseUint(s, 0, 8); err == nil {
-		return Protocol(n), true
+		return OwnProtocol(n), true
 	}
 	for i := range 256 {
 		if netwatch.Protocol(i).String() == s {
-			return Protocol(i), true
+			return OwnProtocol(i), true
 		}
 	}
 	return 0, false
 }
 
-func (p Protocol) String() string { return strconv.Itoa(int(p)) }
+func (p OwnProtocol) String() string { return strconv.Itoa(int(p)) }
 
 // LinkName is a network interface's name as the kernel accepts one: 1 to
 // 15 bytes, no '/', ':' or white space, not "." or "..", and, though the
@@ -222,3 +199,34 @@ func (n *LinkName) Set(s string) error {
 }
 
 func (n LinkName) String() string { return string(n) }
+
+// Prefixes is a repeatable flag of CIDR prefixes: each Set adds one,
+// masked (10.0.0.0/16, not 10.0.0.5/16), without a zone, once.
+type Prefixes []netip.Prefix
+
+// Set parses and adds a prefix.
+func (ps *Prefixes) Set(s string) error {
+	p, err := netip.ParsePrefix(s)
+	switch {
+	case err != nil:
+		return errors.New("not a CIDR prefix (like 10.8.0.0/16 or fd00::/8)")
+	case p.Addr().Zone() != "":
+		return errors.New("a prefix has no zone")
+	case p.Addr().Is4In6():
+		return fmt.Errorf("write the IPv4 form of %v", p)
+	case p != p.Masked():
+		return fmt.Errorf("host bits set (did you mean %v?)", p.Masked())
+	}
+	if !slices.Contains(*ps, p) {
+		*ps = append(*ps, p)
+	}
+	return nil
+}
+
+func (ps Prefixes) String() string {
+	ss := make([]string, len(ps))
+	for i, p := range ps {
+		ss[i] = p.String()
+	}
+	return strings.Join(ss, ",")
+}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package netwatchtest
+package fakekernel
 
 import (
 	"encoding/binary"
@@ -9,17 +9,17 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/jsimonetti/rtnetlink/v2"
+	"github.com/marksplit/marksplit/netwatch/internal/nstest"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
 // Behavior is what the fake kernel does where real kernels differ by
 // version or build configuration. New uses DefaultBehavior; NewWith takes
-// one, and NetNS.Behavior reads it from the running kernel, so a test that
+// one, and ProbeBehavior reads it from the running kernel, so a test that
 // compares the fake with the real kernel compares like with like. The
 // versions named are those of Debian's kernels the project is tested on
 // (docs/design.md, "Kernels").
@@ -53,26 +53,11 @@ var DefaultBehavior = Behavior{
 	IPv6PrefSrcEveryLink: true,
 }
 
-// Behavior asks the kernel how it behaves where kernels differ, in a
-// scratch namespace of its own, and fails the test if it cannot tell.
-func (ns *NetNS) Behavior(t testing.TB) Behavior {
-	t.Helper()
-	scratch, err := newNetNS()
-	if err != nil {
-		t.Fatalf("netwatchtest: probe the kernel's behaviour: %v", err)
-	}
-	defer scratch.close()
-	b, err := probeBehavior(scratch)
-	if err != nil {
-		t.Fatalf("netwatchtest: probe the kernel's behaviour: %v", err)
-	}
-	return b
-}
-
-// probeBehavior runs the probes in ns, a fresh namespace it changes.
-func probeBehavior(ns *NetNS) (Behavior, error) {
+// ProbeBehavior asks the running kernel how it behaves where kernels
+// differ, in ns, a fresh namespace it changes.
+func ProbeBehavior(ns *nstest.NS) (Behavior, error) {
 	var b Behavior
-	c, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: ns.fd, Strict: true})
+	c, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: ns.FD(), Strict: true})
 	if err != nil {
 		return b, err
 	}
@@ -112,7 +97,7 @@ func probeBehavior(ns *NetNS) (Behavior, error) {
 
 	// Two veth ends, an IPv6 address on one and a route through the
 	// other using it as preferred source; then remove the address.
-	if _, err := ns.ip("link", "add", "msprobe0", "type", "veth", "peer", "name", "msprobe1"); err != nil {
+	if _, err := ns.IP("link", "add", "msprobe0", "type", "veth", "peer", "name", "msprobe1"); err != nil {
 		return b, err
 	}
 	for _, args := range [][]string{
@@ -123,18 +108,18 @@ func probeBehavior(ns *NetNS) (Behavior, error) {
 		{"route", "add", "fd00:6::/64", "dev", "msprobe1", "src", "fd00:5::1"},
 		{"addr", "del", "fd00:5::1/128", "dev", "msprobe0"},
 	} {
-		if _, err := ns.ip(args...); err != nil {
+		if _, err := ns.IP(args...); err != nil {
 			return b, err
 		}
 	}
-	out, err := ns.ip("-6", "route", "show", "fd00:6::/64")
+	out, err := ns.IP("-6", "route", "show", "fd00:6::/64")
 	if err != nil {
 		return b, err
 	}
 	b.IPv6PrefSrcEveryLink = !strings.Contains(" "+out+" ", " src ")
 
 	// Who the RTM_DELLINK event of a requested delete names.
-	out, err = ns.ip("-o", "link", "show", "dev", "msprobe0")
+	out, err = ns.IP("-o", "link", "show", "dev", "msprobe0")
 	if err != nil {
 		return b, err
 	}
@@ -143,7 +128,7 @@ func probeBehavior(ns *NetNS) (Behavior, error) {
 	if err != nil {
 		return b, fmt.Errorf("ip -o link show: %q", out)
 	}
-	sub, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: ns.fd, Groups: unix.RTMGRP_LINK})
+	sub, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: ns.FD(), Groups: unix.RTMGRP_LINK})
 	if err != nil {
 		return b, err
 	}

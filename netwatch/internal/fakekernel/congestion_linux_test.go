@@ -1,6 +1,6 @@
 //go:build linux
 
-package netwatchtest
+package fakekernel
 
 import (
 	"errors"
@@ -62,9 +62,8 @@ func congestionTrace(t *testing.T, add func(i int), receive func() (msgs []netli
 }
 
 func TestKernelCongestion(t *testing.T) {
-	RequireKernel(t)
-	ns := NewNetNS(t)
-	ns.LoUp(t)
+	ns := newNS(t)
+	runIP(t, ns, "link", "set", "dev", "lo", "up")
 	sub, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: ns.FD(), Groups: 1 << (unix.RTNLGRP_IPV4_ROUTE - 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +73,7 @@ func TestKernelCongestion(t *testing.T) {
 		t.Fatal(err)
 	}
 	trace := congestionTrace(t,
-		func(i int) { ns.IP(t, "route", "add", fmt.Sprintf("10.%d.%d.0/24", i/256, i%256), "dev", "lo") },
+		func(i int) { runIP(t, ns, "route", "add", fmt.Sprintf("10.%d.%d.0/24", i/256, i%256), "dev", "lo") },
 		func() ([]netlink.Message, error, bool) {
 			sub.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 			msgs, err := sub.Receive()

@@ -1,12 +1,15 @@
 //go:build linux
 
-package netwatchtest
+package fakekernel
 
 import (
 	"errors"
 	"fmt"
+	"github.com/marksplit/marksplit/netwatch/internal/nstest"
 	"net"
 	"net/netip"
+	"os"
+	"testing"
 
 	"github.com/jsimonetti/rtnetlink/v2"
 	"github.com/mdlayher/netlink"
@@ -193,4 +196,45 @@ func rtGet(dst string, flags uint32, mark uint32) *rtnetlink.RouteMessage {
 	a := netip.MustParseAddr(dst)
 	return &rtnetlink.RouteMessage{Family: familyOf(a), DstLength: uint8(a.BitLen()), Flags: flags,
 		Attributes: rtnetlink.RouteAttributes{Dst: net.IP(a.AsSlice()), Mark: mark}}
+}
+
+// newNS returns a fresh network namespace for the test, which skips when
+// namespaces are not available here, and fails instead with
+// MARKSPLIT_KERNEL_TESTS=1 (CI sets it).
+func newNS(t *testing.T) *nstest.NS {
+	t.Helper()
+	if reason := nstest.Unavailable(); reason != "" {
+		if os.Getenv("MARKSPLIT_KERNEL_TESTS") == "1" {
+			t.Fatalf("real-kernel test cannot run (%s) but MARKSPLIT_KERNEL_TESTS=1", reason)
+		}
+		t.Skipf("real-kernel test: %s", reason)
+	}
+	ns, err := nstest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Close)
+	return ns
+}
+
+// ip runs ip(8) in ns, failing the test on error.
+func runIP(t *testing.T, ns *nstest.NS, args ...string) string {
+	t.Helper()
+	out, err := ns.IP(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// probe is ProbeBehavior in a scratch namespace of its own: how the
+// running kernel behaves where kernels differ.
+func probe(t *testing.T) Behavior {
+	t.Helper()
+	scratch := newNS(t)
+	b, err := ProbeBehavior(scratch)
+	if err != nil {
+		t.Fatalf("probe the kernel's behaviour: %v", err)
+	}
+	return b
 }

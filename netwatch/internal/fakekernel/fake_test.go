@@ -1,6 +1,6 @@
 //go:build linux
 
-package netwatchtest
+package fakekernel
 
 import (
 	"encoding/binary"

@@ -1,9 +1,10 @@
 //go:build linux
 
-package netwatchtest
+package fakekernel
 
 import (
 	"fmt"
+	"github.com/marksplit/marksplit/netwatch/internal/nstest"
 	"iter"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ type side struct {
 
 var allGroups = []uint32{grpLink, grpIPv4Addr, grpIPv6Addr, grpIPv4Route, grpIPv6Route, grpIPv4Rule, grpIPv6Rule}
 
-func realSide(t *testing.T, ns *NetNS) side {
+func realSide(t *testing.T, ns *nstest.NS) side {
 	t.Helper()
 	dial := func(groups []uint32) *netlink.Conn {
 		c, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: ns.FD(), Strict: true})
@@ -378,8 +379,8 @@ var faithSteps = []faithStep{
 // kernel (in a fresh namespace) and compares the answers, the replies and
 // the events, as netwatch would decode them.
 func TestKernelFaithful(t *testing.T) {
-	ns := NewNetNS(t)
-	b := ns.Behavior(t)
+	ns := newNS(t)
+	b := probe(t)
 	t.Logf("the running kernel: %+v", b)
 	k := NewWith(b)
 	t.Cleanup(func() { k.Close() })

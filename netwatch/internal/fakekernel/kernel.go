@@ -1,6 +1,6 @@
 //go:build linux
 
-package netwatchtest
+package fakekernel
 
 import (
 	"cmp"
@@ -21,7 +21,7 @@ const rtnlgrpMax = unix.RTNLGRP_IPV6_ACADDR
 var errKernelClosed = errors.New("kernel closed")
 
 // Kernel is a fake rtnetlink kernel: one network namespace's links,
-// addresses, routes and rules, reachable through FakeConns and changed
+// addresses, routes and rules, reachable through FakeConn sockets and changed
 // directly through its Go API. The zero value is not usable; call New.
 type Kernel struct {
 	mu       sync.Mutex
@@ -258,6 +258,18 @@ func goRoute(r Route) Route {
 // means FR_ACT_TO_TBL.
 func (k *Kernel) AddRule(r Rule) error { return k.addRule(r, nil) }
 
+// AppendRule adds r after the rules at its priority even when an identical
+// rule is there: a request without NLM_F_EXCL (or with NLM_F_REPLACE,
+// which the kernel ignores for rules) adds a duplicate.
+func (k *Kernel) AppendRule(r Rule) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if r.Action == 0 {
+		r.Action = unix.FR_ACT_TO_TBL
+	}
+	return k.newRule(ruleReq{Rule: r, hasPrio: true}, netlink.Create, nil).err("append rule " + r.String())
+}
+
 func (k *Kernel) addRule(r Rule, o *origin) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -335,6 +347,23 @@ func (k *Kernel) ResetRequests() {
 // InjectENOBUFS makes the next receive on c fail with ENOBUFS, as after a
 // receive-buffer overrun. A pending receive fails at once.
 func (k *Kernel) InjectENOBUFS(c *FakeConn) { c.sock.injectOverrun() }
+
+// Overflow is InjectENOBUFS on every socket that has joined a multicast
+// group: each subscriber's next receive fails with ENOBUFS, as after an
+// overflow of its buffer.
+func (k *Kernel) Overflow() {
+	k.mu.Lock()
+	var subs []*FakeConn
+	for c := range k.conns {
+		if len(c.sock.groups) > 0 {
+			subs = append(subs, c)
+		}
+	}
+	k.mu.Unlock()
+	for _, c := range subs {
+		c.sock.injectOverrun()
+	}
+}
 
 // SetDumpIntr sets NLM_F_DUMP_INTR on every message (DONE included) of the
 // next n dumps of msgType (RTM_GETLINK, RTM_GETADDR, RTM_GETROUTE or

@@ -1,4 +1,6 @@
-package netwatchtest
+//go:build linux
+
+package fakekernel
 
 import (
 	"net/netip"

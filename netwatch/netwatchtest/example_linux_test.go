@@ -1,3 +1,5 @@
+//go:build linux
+
 package netwatchtest_test
 
 import (
@@ -37,13 +39,14 @@ func viaEth1(v netwatch.View) (reconcile.Desired, bool) {
 // and the Reconciler runs as it does in the program. A change the kernel
 // makes without an event (the IPv4 flush when a link goes down) and the
 // faults a real kernel cannot be made to produce on demand (FailNext,
-// InjectENOBUFS, SetDumpIntr) are one call each.
+// Overflow, SetDumpIntr) are one call each.
 func Example() {
 	k := netwatchtest.New()
 	defer k.Close()
 	eth1 := k.AddLink("eth1", "veth", 1500, true)
 	k.AddAddr(eth1, netip.MustParsePrefix("192.0.2.10/24"))
-	k.AddRoute(netwatchtest.Route{Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: netip.MustParseAddr("192.0.2.1"), Index: eth1})
+	k.AddRoute(netwatch.Route{Family: netwatch.IPv4, Table: netwatch.TableMain, Dst: netip.MustParsePrefix("0.0.0.0/0"),
+		Gateway: netip.MustParseAddr("192.0.2.1"), Index: eth1, Type: netwatch.RouteUnicast})
 	k.FailNext(unix.RTM_NEWROUTE, unix.EPERM, 1) // the first install is refused, and retried
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,143 @@
+//go:build linux
+
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"github.com/marksplit/marksplit/internal/kerneltest"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/marksplit/marksplit/netwatch"
+)
+
+// rejectPolicy wants, in table 900, a route of each reject type in each
+// family, written as an embedder writes them: no output link.
+func rejectPolicy(v netwatch.View) (Desired, bool) {
+	d := Desired{Own: Own(900, 0)}
+	for i, typ := range []netwatch.RouteType{netwatch.RouteUnreachable, netwatch.RouteThrow, netwatch.RouteBlackhole, netwatch.RouteProhibit} {
+		d.Routes = append(d.Routes,
+			netwatch.Route{Family: netwatch.IPv4, Table: 900, Dst: netip.MustParsePrefix(fmt.Sprintf("10.93.%d.0/24", i)), Type: typ, Protocol: 77},
+			netwatch.Route{Family: netwatch.IPv6, Table: 900, Dst: netip.MustParsePrefix(fmt.Sprintf("fd93:%d::/64", i)), Type: typ, Protocol: 77})
+	}
+	return d, true
+}
+
+// TestReconcilerRejectRoutesConverge: the kernel reports an IPv6 reject
+// route as "dev lo"; the one pass that installs them is the last.
+func TestReconcilerRejectRoutesConverge(t *testing.T) {
+	k, _ := fakeHost(t)
+	onceConverges(t, k.NetNS(), rejectPolicy)
+}
+
+// TestKernelRejectRoutesConverge is TestReconcilerRejectRoutesConverge on
+// the real kernel.
+func TestKernelRejectRoutesConverge(t *testing.T) {
+	ns := kerneltest.NewNetNS(t)
+	ns.LoUp(t)
+	nns, err := netwatch.OpenNetNS(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nns.Close() })
+	onceConverges(t, nns, rejectPolicy)
+	got := ns.IP(t, "-6", "route", "show", "table", "900")
+	for _, want := range []string{"unreachable fd93::/64 dev lo proto 77", "throw fd93:1::/64 dev lo proto 77",
+		"blackhole fd93:2::/64 dev lo proto 77", "prohibit fd93:3::/64 dev lo proto 77"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("ip -6 route show table 900:\n%s\nwant a line starting %q", got, want)
+		}
+	}
+}
+
+// onceConverges runs Once for policy in ns: it must converge, and a second
+// Once must find nothing to do.
+func onceConverges(t *testing.T, ns *netwatch.NetNS, policy func(netwatch.View) (Desired, bool)) {
+	t.Helper()
+	w := startWatcher(t, nil, netwatch.Options{NetNS: ns, RouteTables: []netwatch.Table{900}})
+	a, err := netwatch.DialApplier(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	var applied [2]int
+	for i := range applied {
+		r := &Reconciler{Watcher: w, Applier: a, Policy: policy, OnChange: func(netwatch.Op, string) { applied[i]++ }}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := r.Once(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Once #%d: %v", i+1, err)
+		}
+	}
+	if applied[0] == 0 || applied[1] != 0 {
+		t.Errorf("changes applied by the first Once %d, by the second %d; want some, then none", applied[0], applied[1])
+	}
+}
+
+// lockedBuffer is a log destination the test reads while the loop writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestReconcilerWarnsWhenKernelKeepsOtherwise: a desired IPv6 route with
+// scope link, which the kernel stores as universe (IPv6 routes have no
+// scope), is rewritten on every pass with no one else involved. One
+// warning names the route and the field; the passes go on.
+func TestReconcilerWarnsWhenKernelKeepsOtherwise(t *testing.T) {
+	k, eth := fakeHost(t)
+	w := startWatcher(t, k, netwatch.Options{RouteTables: []netwatch.Table{900}})
+	a, err := netwatch.DialApplier(k.NetNS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	var log lockedBuffer
+	passes := make(chan Pass, 100)
+	r := &Reconciler{Watcher: w, Applier: a, Logger: slog.New(slog.NewTextHandler(&log, nil)),
+		Policy: func(v netwatch.View) (Desired, bool) {
+			return Desired{Own: Own(900, 0), Routes: []netwatch.Route{{Family: netwatch.IPv6, Table: 900,
+				Dst: netip.MustParsePrefix("fd94::/64"), Index: eth, Scope: netwatch.ScopeLink, Type: netwatch.RouteUnicast, Protocol: 77}}}, true
+		},
+		OnPass: func(p Pass) {
+			if len(p.Applied) > 0 {
+				select {
+				case passes <- p:
+				default:
+				}
+			}
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runUntilCleanup(t, ctx, cancel, r.Run)
+	for i := range 5 {
+		r.Trigger()
+		select {
+		case <-passes:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("pass %d: none within 5 s; log:\n%s", i+1, log.String())
+		}
+	}
+	const want = `level=WARN msg="reconcile: the kernel keeps a route otherwise than desired, so every pass rewrites it; desire it as the kernel reports it" route="table 900: fd94::/64 dev eth0 scope link (was unset) metric 1024" differs="Scope: link, kernel global"`
+	if got := log.String(); strings.Count(got, "reconcile: the kernel keeps a route") != 1 || !strings.Contains(got, want) {
+		t.Errorf("log:\n%s\nwant once: %s", got, want)
+	}
+}
