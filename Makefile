@@ -81,16 +81,17 @@ test-wireguard:
 # (bullseye), 6.1 (bookworm) and 6.12 (trixie), generic flavour, each with
 # its own modules, booted in QEMU under TCG (nested KVM hangs here), two
 # guests at once, 2.5 GiB and 2 CPUs each, with a cgroup v2 mount. They run
-# the TestKernel tests of netwatch, netwatchtest, mtupolicy, the agent and
-# the examples (netwatch/reconcile has none: its tests use the fake), and
-# test/wireguard with the kernel's WireGuard module. One line per kernel
+# the TestKernel tests of netwatch, netwatch/reconcile, netwatchtest (and
+# its engine netwatch/internal/fakekernel), mtupolicy, the agent and the
+# examples, and test/wireguard with the kernel's WireGuard module. One line per kernel
 # says uname -r, passed/failed/skipped with each skip's reason, which
 # WireGuard ran, the time, and how many tests were left to FULL=1; then
 # the WireGuard figures. test/kernels/plan.go lists the suites (one test
 # binary each: a line there runs another in the guests).
 # Go runs 15 to 50 times slower in the guests, so by default (and in CI)
 # the three kernels share about 20 minutes: every kernel runs netwatchtest,
-# netwatch but for its long tests, and test/wireguard; 6.1 also mtupolicy
+# fakekernel (the fake compared with the kernel), reconcile, netwatch but
+# for its long tests, and test/wireguard; 6.1 also mtupolicy
 # and the agent's single-node tests, 5.10 netwatch's Overflow, 6.12 the
 # examples and netwatch's IPv6 multipath tests. Left to FULL=1 (every
 # suite on every kernel, about 45 min per kernel): netwatch's randomized

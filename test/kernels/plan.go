@@ -15,12 +15,15 @@ type suite struct {
 }
 
 // suites are the real-kernel tests of every package that has them, and
-// the WireGuard tests with the kernel's WireGuard. netwatch/reconcile has
-// no real-kernel tests (its tests run on the fake kernel). To run another
-// test binary in the guests, add it here (and to budget).
+// the WireGuard tests with the kernel's WireGuard. fakekernel is the engine
+// behind netwatchtest: its TestKernelFaithful compares the fake with the
+// kernel. To run another test binary in the guests, add it here (and to
+// budget).
 var suites = []suite{
 	{name: "netwatch", pkg: "./netwatch", run: "^TestKernel"},
+	{name: "reconcile", pkg: "./netwatch/reconcile", run: "^TestKernel"},
 	{name: "netwatchtest", pkg: "./netwatch/netwatchtest", run: "^TestKernel"},
+	{name: "fakekernel", pkg: "./netwatch/internal/fakekernel", run: "^TestKernel"},
 	{name: "mtupolicy", pkg: "./mtupolicy", run: "^TestKernel"},
 	{name: "agent", pkg: "./agent", run: "^TestKernel", env: []string{"MARKSPLIT_AGENT=@agent"}},
 	{name: "uplinkpin", pkg: "./examples/uplinkpin", run: "^TestKernel"},
@@ -35,7 +38,8 @@ var suites = []suite{
 // kernel there. By default (make test-kernels, CI) each kernel runs what
 // fits in about 20 minutes for all three, two guests at once: 6.1 alone
 // in one, 5.10 then 6.12 in the other.
-//   - Every kernel: netwatchtest (the fake against the kernel), netwatch's
+//   - Every kernel: netwatchtest and fakekernel (the fake against the
+//     kernel), netwatch/reconcile's real-kernel test, netwatch's
 //     real-kernel tests but for the long ones, with SilentChanges (what the
 //     kernel removes without an event), and test/wireguard (the kernel's
 //     WireGuard: FragOKs without and with the agent, the flap, host TCP).
@@ -65,6 +69,8 @@ type choice struct{ run, skip string }
 var budget = map[string]map[string]choice{
 	"6.1": {
 		"netwatchtest": {},
+		"fakekernel":   {},
+		"reconcile":    {},
 		"netwatch":     {skip: anyOf(netwatchLong...)},
 		"mtupolicy":    {},
 		"agent":        {run: anyOf(agentSingleNode...)},
@@ -72,11 +78,15 @@ var budget = map[string]map[string]choice{
 	},
 	"5.10": {
 		"netwatchtest": {},
+		"fakekernel":   {},
+		"reconcile":    {},
 		"netwatch":     {skip: anyOf(without(netwatchLong, "TestKernelOverflow")...)},
 		"wireguard":    {},
 	},
 	"6.12": {
 		"netwatchtest": {},
+		"fakekernel":   {},
+		"reconcile":    {},
 		"netwatch":     {skip: anyOf(without(netwatchLong, "TestKernelIPv6SharedKey", "TestKernelIPv6Multipath")...)},
 		"uplinkpin":    {},
 		"vpnbypass":    {},
