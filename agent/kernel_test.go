@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/marksplit/marksplit/internal/kerneltest"
 	"io"
 	"net"
 	"net/http"
@@ -43,9 +44,6 @@ func TestMain(m *testing.M) {
 	}
 	if names := os.Getenv(squatEnv); names != "" {
 		os.Exit(squat(names))
-	}
-	if idle := os.Getenv(metricsChildEnv); idle != "" {
-		os.Exit(metricsChild(idle))
 	}
 	code := m.Run()
 	if binDir != "" {
@@ -90,7 +88,7 @@ type seed struct {
 
 func newSeed(t testing.TB, lowered bool) *seed {
 	t.Helper()
-	s := &seed{ns: netwatchtest.NewNetNS(t), gw: netwatchtest.NewNetNS(t)}
+	s := &seed{ns: kerneltest.NewNetNS(t), gw: kerneltest.NewNetNS(t)}
 	s.ns.LoUp(t)
 	s.gw.LoUp(t)
 	s.ns.AddVeth(t, "enp7s0", s.gw, "gw0")

@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
@@ -72,7 +71,7 @@ func startSecure(t *testing.T, o options) string {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		serveSecure(ctx, ln, defaultHTTPLimits(), m, authz, cfg, slog.New(slog.DiscardHandler))
+		serveSecure(ctx, secureListener{ln: ln, authz: authz, tls: cfg}, m, slog.New(slog.DiscardHandler))
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return ln.Addr().String()
@@ -141,46 +140,6 @@ func TestSecureMetrics(t *testing.T) {
 	pool.AddCert(leaf)
 	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "marksplit", Roots: pool}); err != nil {
 		t.Errorf("the certificate does not verify as serverName marksplit against itself: %v", err)
-	}
-}
-
-// TestSecureMetricsCertFiles checks that a mounted certificate is served, and a
-// new one once the files change.
-func TestSecureMetricsCertFiles(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	write := func(name string) *x509.Certificate {
-		t.Helper()
-		c, err := newSelfSigned([]string{name}, time.Now(), time.Hour)
-		must(t, err)
-		der, err := x509.MarshalECPrivateKey(c.PrivateKey.(*ecdsa.PrivateKey))
-		must(t, err)
-		must(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600))
-		must(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]}), 0o600))
-		return c.Leaf
-	}
-	write("first.example")
-	addr := startSecure(t, options{tlsCertFile: certFile, tlsKeyFile: keyFile})
-	served := func() string {
-		t.Helper()
-		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
-		must(t, err)
-		defer conn.Close()
-		return conn.ConnectionState().PeerCertificates[0].DNSNames[0]
-	}
-	if got := served(); got != "first.example" {
-		t.Fatalf("served %q, want first.example", got)
-	}
-	write("second.example-with-a-longer-name") // a new size, whatever the clock's granularity
-	if got := served(); got != "second.example-with-a-longer-name" {
-		t.Errorf("served %q after the files changed, want the new certificate", got)
-	}
-	must(t, os.WriteFile(certFile, []byte("not PEM"), 0o600))
-	if got := served(); got != "second.example-with-a-longer-name" {
-		t.Errorf("served %q after a bad update, want the last good certificate", got)
-	}
-	if _, err := newTLSConfig(options{tlsCertFile: filepath.Join(dir, "none"), tlsKeyFile: keyFile}, "", slog.New(slog.DiscardHandler)); err == nil {
-		t.Error("newTLSConfig with a missing certificate file: no error")
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
-	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -29,9 +28,9 @@ func fidelityNS(t *testing.T) (*testNS, *Watcher, *Applier) {
 	} {
 		ns.ip(t, cmd...)
 	}
-	w := startWatcher(t, Options{NetNS: rtnl.FakeNetNS(ns.dialer())})
+	w := startWatcher(t, Options{NetNS: fakeNetNS(ns.dialer())})
 	waitSynced(t, w, 5*time.Second)
-	a, err := DialApplier(rtnl.FakeNetNS(ns.dialer()))
+	a, err := DialApplier(fakeNetNS(ns.dialer()))
 	if err != nil {
 		t.Fatal(err)
 	}

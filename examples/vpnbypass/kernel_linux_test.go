@@ -15,7 +15,7 @@ import (
 // the world under it and asks the kernel, after each change, where a
 // packet to the chosen prefixes goes without the VPN's mark and with it.
 func TestKernelVPNBypass(t *testing.T) {
-	ns := netwatchtest.NewNetNS(t)
+	ns := newNetNS(t)
 	ns.LoUp(t)
 	// The underlay: a veth whose peer stays unaddressed in the same
 	// namespace (both ends up, so it has carrier), and default routes.
@@ -106,7 +106,7 @@ func TestKernelVPNBypass(t *testing.T) {
 // TestKernelSignal builds vpnbypass, runs it in a namespace and checks that
 // SIGTERM ends it with status 0, leaving its routes in place.
 func TestKernelSignal(t *testing.T) {
-	ns := netwatchtest.NewNetNS(t)
+	ns := newNetNS(t)
 	bin := netwatchtest.BuildProgram(t, "vpnbypass")
 	ns.AddTun(t, "vpn0")
 	ns.IP(t, "link", "set", "vpn0", "up")
@@ -120,7 +120,7 @@ func TestKernelSignal(t *testing.T) {
 // TestKernelFight: a program deleting the rule as fast as it can does not
 // make vpnbypass spin, and the rule is back once it stops.
 func TestKernelFight(t *testing.T) {
-	ns := netwatchtest.NewNetNS(t)
+	ns := newNetNS(t)
 	ns.AddTun(t, "vpn0")
 	ns.IP(t, "link", "set", "vpn0", "up")
 	logs := ns.StartProgram(t, "vpnbypass", run, "--link", "vpn0", "--prefix", "198.51.100.0/24")

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -49,16 +48,12 @@ func (ns *NetNS) StartProgram(t testing.TB, name string, run func(ctx context.Co
 
 // BuildProgram builds the main package in the test's directory into a
 // binary called name in a temporary directory and returns its path; it
-// skips the test when go is not in PATH, or fails it with
-// MARKSPLIT_KERNEL_TESTS=1, as RequireKernel.
+// fails the test when go is not in PATH.
 func BuildProgram(t testing.TB, name string) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		if os.Getenv(kernelTestsEnv) == "1" {
-			t.Fatalf("go not in PATH: cannot build %s, but %s=1", name, kernelTestsEnv)
-		}
-		t.Skip("go not in PATH: cannot build the binary")
+		t.Fatalf("netwatchtest: go not in PATH: cannot build %s", name)
 	}
 	bin := filepath.Join(t.TempDir(), name)
 	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {

@@ -48,9 +48,11 @@ type object struct {
 	by          netwatch.Origin
 	fighting    bool
 	ep          *episode // while fighting
-	// diverged is set once the kernel was seen to keep the route
-	// otherwise than the Reconciler wrote it (diverging).
-	diverged bool
+	// wrote is the route the Reconciler last wrote to this key (hasWrote);
+	// diverged is set once the kernel was seen to keep it otherwise
+	// (diverging).
+	wrote              netwatch.Route
+	hasWrote, diverged bool
 }
 
 // episode is a fight with one program, over as many objects as it undoes
@@ -141,10 +143,12 @@ func (l *loop) diverging(ops []netwatch.Op, lines []string) {
 		id := opObjectID(op)
 		o := l.objs[id]
 		if po, ok := l.plain[l.objectHash(id)]; o == nil && ok && po.made {
-			o = l.lookup(id) // made once and to be changed again: a full object now
+			// Made once and to be changed again: a full object now. A plain
+			// object keeps no route, so the next rewrite is the one compared.
+			o = l.lookup(id)
 		}
-		if o == nil || !o.made || o.diverged {
-			continue
+		if o == nil || !o.made || o.diverged || !o.hasWrote || !o.wrote.Equal(op.Route.Clean()) {
+			continue // not the same route written again over what it made
 		}
 		o.diverged = true
 		l.log.Warn("reconcile: the kernel keeps a route otherwise than desired, so every pass rewrites it; desire it as the kernel reports it",
@@ -193,6 +197,10 @@ func (l *loop) made(op netwatch.Op, now time.Time) {
 	id := opObjectID(op)
 	if o := l.objs[id]; o != nil {
 		o.made, o.touched = true, now
+		o.hasWrote = op.Kind == netwatch.RouteReplace
+		if o.hasWrote {
+			o.wrote = op.Route.Clean()
+		}
 	} else {
 		l.plainMade(id)
 	}

@@ -43,6 +43,8 @@ func Programs(k8sDir string) []Program {
 	return []Program{
 		{Name: "etcd", Dir: filepath.Join(k8sDir, "etcd"), Upstream: "go.etcd.io/etcd/server/v3", Expect: 1 * time.Minute},
 		{Name: "kube-apiserver", Dir: filepath.Join(k8sDir, "kube-apiserver"), Upstream: "k8s.io/kubernetes", Expect: 9 * time.Minute},
+		// The Helm client, for the docs test's helm commands.
+		{Name: "helm", Dir: filepath.Join(k8sDir, "helm"), Upstream: "helm.sh/helm/v4", Expect: 4 * time.Minute},
 	}
 }
 
