@@ -142,12 +142,16 @@ func (l *loop) diverging(ops []netwatch.Op, lines []string) {
 		}
 		id := opObjectID(op)
 		o := l.objs[id]
-		if po, ok := l.plain[l.objectHash(id)]; o == nil && ok && po.made {
-			// Made once and to be changed again: a full object now. A plain
-			// object keeps no route, so the next rewrite is the one compared.
+		switch {
+		case o == nil:
+			// A plain object keeps a hash of the route it wrote: only one
+			// that diverges becomes a full object, to be warned of once.
+			po, ok := l.plain[l.objectHash(id)]
+			if !ok || !po.made || po.wrote == 0 || po.wrote != l.routeHash(op.Route.Clean()) {
+				continue
+			}
 			o = l.lookup(id)
-		}
-		if o == nil || !o.made || o.diverged || !o.hasWrote || !o.wrote.Equal(op.Route.Clean()) {
+		case !o.made || o.diverged || !o.hasWrote || !o.wrote.Equal(op.Route.Clean()):
 			continue // not the same route written again over what it made
 		}
 		o.diverged = true
@@ -201,8 +205,10 @@ func (l *loop) made(op netwatch.Op, now time.Time) {
 		if o.hasWrote {
 			o.wrote = op.Route.Clean()
 		}
+	} else if op.Kind == netwatch.RouteReplace {
+		l.plainMade(id, l.routeHash(op.Route.Clean()))
 	} else {
-		l.plainMade(id)
+		l.plainMade(id, 0)
 	}
 }
 

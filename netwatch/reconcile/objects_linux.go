@@ -4,7 +4,10 @@ package reconcile
 
 import (
 	"hash/maphash"
+	"net/netip"
 	"time"
+
+	"github.com/marksplit/marksplit/netwatch"
 )
 
 // The objects a pass changes are remembered (for the rate limit, and so
@@ -13,7 +16,7 @@ import (
 // object with its name, its line and its fight state costs hundreds of
 // bytes. So an object changed once and never undone is a plain object: a
 // 64-bit hash of its identity, when it was changed, and whether the kernel
-// holds it as made, 24 bytes. It becomes a full object (loop.objs) when it
+// holds it as made and a hash of the route written, 32 bytes. It becomes a full object (loop.objs) when it
 // is changed again within a refill of its rate limit's bucket, or undone.
 //
 // Two objects whose hashes collide (a chance of about n²/2⁶⁵ among n
@@ -23,10 +26,12 @@ import (
 // not ask for.
 
 // plainObject is an object changed once: at when (Unix nanoseconds), made
-// while the kernel holds it as the Reconciler made it.
+// while the kernel holds it as the Reconciler made it, and wrote the
+// routeHash of the route it wrote (0 for none), for diverging.
 type plainObject struct {
-	at   int64
-	made bool
+	at    int64
+	wrote uint64
+	made  bool
 }
 
 // objectHash is id's key among the plain objects.
@@ -64,16 +69,49 @@ func (l *loop) plainAdmit(id objectID, now time.Time) bool {
 	return true
 }
 
-// plainMade records that the kernel holds id as made, when id is a plain
-// object; it reports whether it is one.
-func (l *loop) plainMade(id objectID) bool {
+// plainMade records that the kernel holds id as made, having written the
+// route whose routeHash is wrote (0 for none), when id is a plain object;
+// it reports whether it is one.
+func (l *loop) plainMade(id objectID, wrote uint64) bool {
 	h := l.objectHash(id)
 	po, ok := l.plain[h]
 	if ok {
-		po.made = true
+		po.made, po.wrote = true, wrote
 		l.plain[h] = po
 	}
 	return ok
+}
+
+// routeHash is a hash of every attribute of r that Route.Equal compares
+// (of an expiry, only whether there is one), never 0: what a plain object
+// keeps of the route it wrote.
+func (l *loop) routeHash(r netwatch.Route) uint64 {
+	var h maphash.Hash
+	h.SetSeed(l.seed)
+	maphash.WriteComparable(&h, r.Key())
+	maphash.WriteComparable(&h, routeAttrs{r.Gateway, r.PrefSrc, r.Index, r.MTU, r.Protocol, r.Scope, r.Type,
+		r.Flags, r.NHID, r.Metrics, r.Flow, r.Pref, r.Expires.IsZero(), r.Encap, r.Attrs})
+	for _, nh := range r.NextHops {
+		maphash.WriteComparable(&h, nh)
+	}
+	return h.Sum64() | 1
+}
+
+// routeAttrs are the comparable attributes of a route besides its key.
+type routeAttrs struct {
+	gateway, prefSrc netip.Addr
+	index, mtu       uint32
+	protocol         netwatch.Protocol
+	scope            netwatch.Scope
+	typ              netwatch.RouteType
+	flags            netwatch.RouteFlags
+	nhid             uint32
+	metrics          netwatch.Metrics
+	flow             uint32
+	pref             netwatch.RoutePref
+	noExpiry         bool
+	encap            netwatch.Encap
+	attrs            netwatch.Attrs
 }
 
 // forgetPlain forgets the plain objects changed before cutoff.
