@@ -24,6 +24,11 @@
 // Options.Users is that user) and SubjectAccessReviews of non-resource URLs (allowed for
 // "get" on the paths Options.Allowed gives the user).
 //
+// Handle hands the requests to any other path, or under it, to a test's own handler: an
+// API the server does not model (Events, Node status), or a hostile answer written by
+// hand. The server still checks the token, counts them as KindHandled and answers the
+// faults injected for KindHandled first.
+//
 // Objects are rendered like a Cilium 1.19 cluster's CiliumNodes (labels, the WireGuard
 // public-key annotation on every node, InternalIP and CiliumInternalIP addresses, IPAM and
 // health fields), so a reader has to pick its few fields out of a realistic object.

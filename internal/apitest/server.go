@@ -71,6 +71,7 @@ const (
 	KindUnauthorized Kind = "unauthorized" // refused for its token (401)
 	KindTokenReview  Kind = "tokenreview"  // a TokenReview (POST)
 	KindAccessReview Kind = "accessreview" // a SubjectAccessReview (POST)
+	KindHandled      Kind = "handled"      // a request to a path of Handle
 	KindOther        Kind = "other"        // anything else (answered 404, 405 or 400)
 )
 
@@ -117,6 +118,7 @@ type Server struct {
 	nextSnap  uint64
 	endless   bool   // SetEndlessList
 	pages     uint64 // pages served endless
+	handlers  map[string]http.Handler
 }
 
 // Start serves a new Server.
@@ -154,6 +156,7 @@ func Start(opts Options) (*Server, error) {
 		faults:    map[Kind][]Fault{},
 		counts:    map[Kind]int{},
 		snapshots: map[uint64]*snapshot{},
+		handlers:  map[string]http.Handler{},
 		rv:        1000, // resourceVersions are opaque; starting high catches clients that assume small ones
 	}
 	s.srv = &httptest.Server{
@@ -312,10 +315,45 @@ func (s *Server) SetDown(down bool) {
 	s.down = down
 }
 
+// Handle makes h answer the requests, of any method, to path (or under it, when path ends
+// with "/") that the server itself does not serve: an API the server does not model, or a
+// hostile answer a test writes itself. The server still checks the token, counts the
+// requests as KindHandled and answers the faults injected for KindHandled first. A nil h
+// removes the handler.
+func (s *Server) Handle(path string, h http.Handler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h == nil {
+		delete(s.handlers, path)
+		return
+	}
+	s.handlers[path] = h
+}
+
+// handlerLocked returns the handler of Handle for path, the longest match first.
+func (s *Server) handlerLocked(path string) http.Handler {
+	if h := s.handlers[path]; h != nil {
+		return h
+	}
+	var best string
+	for p := range s.handlers {
+		if strings.HasSuffix(p, "/") && strings.HasPrefix(path, p) && len(p) > len(best) {
+			best = p
+		}
+	}
+	return s.handlers[best]
+}
+
 // ServeHTTP answers a request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	kind, name, fieldName, err := classify(r)
 	s.mu.Lock()
+	var handler http.Handler
+	if kind == KindOther {
+		if handler = s.handlerLocked(r.URL.Path); handler != nil {
+			kind, err = KindHandled, nil
+		}
+	}
 	down := s.down
 	authorized := r.Header.Get("Authorization") == "Bearer "+s.token
 	if !authorized {
@@ -353,6 +391,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.tokenReview(w, r)
 	case KindAccessReview:
 		s.subjectAccessReview(w, r)
+	case KindHandled:
+		handler.ServeHTTP(w, r)
 	default:
 		if r.Method != http.MethodGet {
 			writeStatus(w, http.StatusMethodNotAllowed, "MethodNotAllowed", "the server does not allow this method on the requested resource")

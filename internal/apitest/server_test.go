@@ -666,3 +666,47 @@ func TestPatchAndReplace(t *testing.T) {
 		t.Errorf("Update of a missing node reported ok")
 	}
 }
+
+func TestHandle(t *testing.T) {
+	c := newClient(t, Options{})
+	c.s.Handle("/api/v1/events", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "events "+r.URL.Path)
+	}))
+	c.s.Handle("/api/v1/nodes/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "nodes "+r.URL.Path)
+	}))
+	for path, want := range map[string]string{
+		"/api/v1/events":         "events /api/v1/events",
+		"/api/v1/nodes/n1":       "nodes /api/v1/nodes/n1",
+		"/api/v1/nodes/n1?x=a=b": "nodes /api/v1/nodes/n1",
+	} {
+		if code, body := c.get(path); code != http.StatusOK || body != want {
+			t.Errorf("GET %s: %d %q, want 200 %q", path, code, body, want)
+		}
+	}
+	// Not under a handler's path, or the handler removed: 404.
+	c.s.Handle("/api/v1/events", nil)
+	for _, path := range []string{"/api/v1/events", "/api/v1/events/x", "/api/v1/nodes"} {
+		if code, _ := c.get(path); code != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", path, code)
+		}
+	}
+	// The server's own paths are not handed over.
+	c.s.Handle(resource+"/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "taken") }))
+	if code, body := c.get(resource + "/worker-1"); code != http.StatusNotFound || strings.Contains(body, "taken") {
+		t.Errorf("GET of a CiliumNode with a handler under it: %d %s", code, body)
+	}
+	// Faults of KindHandled come first; a wrong token never reaches the handler.
+	c.s.Inject(KindHandled, Fault{Code: 503})
+	if code, _ := c.get("/api/v1/nodes/n1"); code != 503 {
+		t.Errorf("injected 503: got %d", code)
+	}
+	c.tok = "wrong"
+	if code, body := c.get("/api/v1/nodes/n1"); code != http.StatusUnauthorized || strings.Contains(body, "nodes") {
+		t.Errorf("wrong token: %d %s", code, body)
+	}
+	want := map[Kind]int{KindHandled: 4, KindOther: 3, KindGet: 1, KindUnauthorized: 1}
+	if diff := cmp.Diff(want, c.s.Counts()); diff != "" {
+		t.Errorf("Counts (-want +got):\n%s", diff)
+	}
+}

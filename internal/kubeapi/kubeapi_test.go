@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/marksplit/marksplit/internal/apitest"
 )
 
 func TestOneLine(t *testing.T) {
@@ -46,23 +47,25 @@ func TestParseServer(t *testing.T) {
 // that an error answer and a redirect are StatusErrors (the redirect not followed).
 func TestDo(t *testing.T) {
 	token := filepath.Join(t.TempDir(), "token")
+	srv := apitest.New(t, apitest.Options{})
 	var got []string
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = append(got, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization")+" "+r.Header.Get("Content-Type"))
-		switch r.URL.Path {
-		case "/ok":
-			w.Write([]byte(`{"n": 7}`))
-		case "/big":
-			w.Write([]byte(`{"n": 7, "pad": "` + strings.Repeat("x", 100) + `"}`))
-		case "/denied":
-			w.WriteHeader(http.StatusForbidden)
-			w.Write([]byte(`{"kind":"Status","reason":"Forbidden","message":"no\nway","code":403}`))
-		case "/moved":
-			http.Redirect(w, r, "http://elsewhere/ok", http.StatusFound)
-		}
-	}))
-	defer srv.Close()
-	c := &Client{Server: srv.URL, TokenFile: token, HTTP: NoRedirects(srv.Client())}
+	for _, path := range []string{"/ok", "/big", "/denied", "/moved"} {
+		srv.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got = append(got, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization")+" "+r.Header.Get("Content-Type"))
+			switch r.URL.Path {
+			case "/ok":
+				w.Write([]byte(`{"n": 7}`))
+			case "/big":
+				w.Write([]byte(`{"n": 7, "pad": "` + strings.Repeat("x", 100) + `"}`))
+			case "/denied":
+				w.WriteHeader(http.StatusForbidden)
+				w.Write([]byte(`{"kind":"Status","reason":"Forbidden","message":"no\nway","code":403}`))
+			case "/moved":
+				http.Redirect(w, r, "http://elsewhere/ok", http.StatusFound)
+			}
+		}))
+	}
+	c := &Client{Server: srv.URL(), TokenFile: token, HTTP: NoRedirects(srv.Client())}
 	ctx := context.Background()
 
 	if err := c.Do(ctx, "GET", "/ok", nil, nil, 1<<10); err == nil || !strings.Contains(err.Error(), "read token") {
@@ -72,6 +75,7 @@ func TestDo(t *testing.T) {
 		if err := os.WriteFile(token, []byte(tok), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		srv.SetToken(strings.TrimSpace(tok))
 		var out struct{ N int }
 		if err := c.Do(ctx, "POST", "/ok", map[string]int{"i": i}, &out, 1<<10); err != nil || out.N != 7 {
 			t.Fatalf("POST /ok: %v, %+v", err, out)
