@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/internal/apitest"
 	"github.com/marksplit/marksplit/internal/kubeapi"
 )
 
@@ -23,14 +22,15 @@ type request struct {
 	cond                      condition
 }
 
-// server answers PATCHes of a Node's status with the codes of answer (200
-// when it is empty) and hands each request to the test.
+// server answers PATCHes of a Node's status, on an apitest server, with the codes of
+// answer (200 when it is empty) and hands each request to the test.
 func server(t *testing.T, answer func(n int) int) (*kubeapi.Client, <-chan request) {
 	t.Helper()
 	ch := make(chan request, 100)
 	var mu sync.Mutex
 	n := 0
-	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+	srv := apitest.New(t, apitest.Options{})
+	srv.Handle("/api/v1/nodes/", http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		var p struct {
 			Status struct {
@@ -57,12 +57,13 @@ func server(t *testing.T, answer func(n int) int) (*kubeapi.Client, <-chan reque
 		}
 		io.WriteString(rw, `{"kind":"Node"}`)
 	}))
-	t.Cleanup(srv.Close)
-	tok := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tok, []byte("t0ken\n"), 0o600); err != nil {
+	dir := t.TempDir()
+	if err := apitest.WriteToken(dir, srv.Token()); err != nil {
 		t.Fatal(err)
 	}
-	return &kubeapi.Client{Server: srv.URL, TokenFile: tok, HTTP: srv.Client()}, ch
+	client := srv.Client()
+	t.Cleanup(client.CloseIdleConnections)
+	return &kubeapi.Client{Server: srv.URL(), TokenFile: filepath.Join(dir, "token"), HTTP: client}, ch
 }
 
 func next(t *testing.T, ch <-chan request) request {
