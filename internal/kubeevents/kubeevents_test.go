@@ -8,8 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -19,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/internal/apitest"
 	"github.com/marksplit/marksplit/internal/kubeapi"
 )
 
@@ -83,10 +82,13 @@ func (c *fakeClock) waitingUntil(at time.Time) bool {
 	return false
 }
 
-// fakeAPI is an API server's events endpoint: it keeps what it was sent and
-// answers as answer says (nil: as the API server would).
+// eventsPath is where a Recorder creates its Events (namespace default).
+const eventsPath = "/apis/events.k8s.io/v1/namespaces/default/events"
+
+// fakeAPI is an API server's events endpoint, on an apitest server: it keeps what it
+// was sent and answers as answer says (nil: as the API server would).
 type fakeAPI struct {
-	srv *httptest.Server
+	srv *apitest.Server
 
 	mu       sync.Mutex
 	requests []request
@@ -102,8 +104,9 @@ type request struct {
 func newFakeAPI(t *testing.T) *fakeAPI {
 	t.Helper()
 	f := &fakeAPI{events: map[string]map[string]any{}}
-	f.srv = httptest.NewTLSServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
+	f.srv = apitest.New(t, apitest.Options{})
+	f.srv.Handle(eventsPath, http.HandlerFunc(f.serve))
+	f.srv.Handle(eventsPath+"/", http.HandlerFunc(f.serve))
 	return f
 }
 
@@ -120,9 +123,8 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	const prefix = "/apis/events.k8s.io/v1/namespaces/default/events"
 	switch {
-	case r.Method == "POST" && r.URL.Path == prefix:
+	case r.Method == "POST" && r.URL.Path == eventsPath:
 		name, _ := body["metadata"].(map[string]any)["name"].(string)
 		if f.events[name] != nil {
 			w.WriteHeader(http.StatusConflict)
@@ -131,8 +133,8 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		f.events[name] = body
 		w.WriteHeader(http.StatusCreated)
 		w.Write(b)
-	case r.Method == "PATCH" && strings.HasPrefix(r.URL.Path, prefix+"/"):
-		ev := f.events[strings.TrimPrefix(r.URL.Path, prefix+"/")]
+	case r.Method == "PATCH" && strings.HasPrefix(r.URL.Path, eventsPath+"/"):
+		ev := f.events[strings.TrimPrefix(r.URL.Path, eventsPath+"/")]
 		if ev == nil {
 			w.WriteHeader(http.StatusNotFound)
 			w.Write([]byte(`{"kind":"Status","reason":"NotFound","message":"not found","code":404}`))
@@ -213,12 +215,14 @@ type harness struct {
 func start(t *testing.T, node string, tweak func(*Config)) *harness {
 	t.Helper()
 	h := &harness{api: newFakeAPI(t), clock: newFakeClock(), log: &logBuffer{}}
-	token := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(token, []byte("secret\n"), 0o600); err != nil {
+	dir := t.TempDir()
+	if err := apitest.WriteToken(dir, h.api.srv.Token()); err != nil {
 		t.Fatal(err)
 	}
+	client := h.api.srv.Client()
+	t.Cleanup(client.CloseIdleConnections)
 	cfg := Config{
-		Client:   &kubeapi.Client{Server: h.api.srv.URL, TokenFile: token, HTTP: kubeapi.NoRedirects(h.api.srv.Client())},
+		Client:   &kubeapi.Client{Server: h.api.srv.URL(), TokenFile: filepath.Join(dir, "token"), HTTP: kubeapi.NoRedirects(client)},
 		NodeName: node,
 		Clock:    h.clock,
 		Logger:   slog.New(slog.NewTextHandler(h.log, nil)),
