@@ -21,8 +21,8 @@
 //     watches (the single-object reader's watch).
 //
 // And, for POST requests with the right bearer token, TokenReviews (a token of
-// Options.Users is that user) and SubjectAccessReviews of non-resource URLs (allowed for
-// "get" on the paths Options.Allowed gives the user).
+// Options.Users is that user, with Options.Extra) and SubjectAccessReviews of
+// non-resource URLs (allowed for "get" on the paths Options.Allowed gives the user).
 //
 // Handle hands the requests to any other path, or under it, to a test's own handler: an
 // API the server does not model (Events, Node status), or a hostile answer written by
@@ -42,7 +42,9 @@
 // Compact forgets the history; Restart does to the
 // clients what an API server that restarted and lost its state does (every connection cut,
 // every older resourceVersion and continue token gone: clients must list again); SetDown
-// cuts every request while set.
+// cuts every request while set. Intercept hands every request of a kind to a test's
+// function first, which answers it or passes it on (held at a gate, counted, or failing
+// while a test says the server is down).
 //
 // # Credentials
 //

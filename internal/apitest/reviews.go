@@ -35,8 +35,11 @@ func (s *Server) tokenReview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if u, ok := s.opts.Users[rv.Spec.Token]; ok {
-		rv.Status = map[string]any{"authenticated": true, "user": map[string]any{
-			"username": u, "uid": u + "-uid", "groups": []string{"system:authenticated"}}}
+		user := map[string]any{"username": u, "uid": u + "-uid", "groups": []string{"system:authenticated"}}
+		if s.opts.Extra != nil {
+			user["extra"] = s.opts.Extra
+		}
+		rv.Status = map[string]any{"authenticated": true, "user": user}
 	} else {
 		rv.Status = map[string]any{"authenticated": false, "error": "invalid bearer token"}
 	}

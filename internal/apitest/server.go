@@ -54,6 +54,9 @@ type Options struct {
 	// Users maps the tokens a TokenReview authenticates to their user names; the caller of
 	// the review itself needs Token.
 	Users map[string]string
+	// Extra is the user's extra of every authenticated TokenReview (a service account's
+	// token carries its pod's name and the credential's id there); none when nil.
+	Extra map[string][]string
 	// Allowed lists, by user, the non-resource paths a SubjectAccessReview allows "get" on.
 	Allowed map[string][]string
 }
@@ -102,23 +105,24 @@ type Server struct {
 	closing chan struct{}
 	closed  sync.Once
 
-	mu        sync.Mutex
-	token     string
-	rv        uint64
-	nodes     map[string]*object
-	events    []event // the history, by rv
-	compacted uint64  // events up to this rv are forgotten: older watches get 410
-	changed   chan struct{}
-	watchers  map[*watcher]struct{}
-	hang      bool
-	down      bool
-	faults    map[Kind][]Fault
-	counts    map[Kind]int
-	snapshots map[uint64]*snapshot
-	nextSnap  uint64
-	endless   bool   // SetEndlessList
-	pages     uint64 // pages served endless
-	handlers  map[string]http.Handler
+	mu         sync.Mutex
+	token      string
+	rv         uint64
+	nodes      map[string]*object
+	events     []event // the history, by rv
+	compacted  uint64  // events up to this rv are forgotten: older watches get 410
+	changed    chan struct{}
+	watchers   map[*watcher]struct{}
+	hang       bool
+	down       bool
+	faults     map[Kind][]Fault
+	counts     map[Kind]int
+	snapshots  map[uint64]*snapshot
+	nextSnap   uint64
+	endless    bool   // SetEndlessList
+	pages      uint64 // pages served endless
+	handlers   map[string]http.Handler
+	intercepts map[Kind]Interceptor
 }
 
 // Start serves a new Server.
@@ -146,18 +150,19 @@ func Start(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		opts:      opts,
-		creds:     creds,
-		closing:   make(chan struct{}),
-		token:     opts.Token,
-		nodes:     map[string]*object{},
-		changed:   make(chan struct{}),
-		watchers:  map[*watcher]struct{}{},
-		faults:    map[Kind][]Fault{},
-		counts:    map[Kind]int{},
-		snapshots: map[uint64]*snapshot{},
-		handlers:  map[string]http.Handler{},
-		rv:        1000, // resourceVersions are opaque; starting high catches clients that assume small ones
+		opts:       opts,
+		creds:      creds,
+		closing:    make(chan struct{}),
+		token:      opts.Token,
+		nodes:      map[string]*object{},
+		changed:    make(chan struct{}),
+		watchers:   map[*watcher]struct{}{},
+		faults:     map[Kind][]Fault{},
+		counts:     map[Kind]int{},
+		snapshots:  map[uint64]*snapshot{},
+		handlers:   map[string]http.Handler{},
+		intercepts: map[Kind]Interceptor{},
+		rv:         1000, // resourceVersions are opaque; starting high catches clients that assume small ones
 	}
 	s.srv = &httptest.Server{
 		Listener:    ln,
@@ -330,6 +335,24 @@ func (s *Server) Handle(path string, h http.Handler) {
 	s.handlers[path] = h
 }
 
+// An Interceptor sees a request before the server answers it: it answers the request
+// itself (a hostile or failing answer), or calls next for the server's answer, before or
+// after whatever it does (hold the request, count the requests under way, read the body:
+// it then hands next a request with the body put back).
+type Interceptor func(w http.ResponseWriter, r *http.Request, next http.Handler)
+
+// Intercept makes f see every request of kind that carries the token and has no fault
+// injected for it, until Intercept(kind, nil). The request is counted before f sees it.
+func (s *Server) Intercept(kind Kind, f Interceptor) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f == nil {
+		delete(s.intercepts, kind)
+		return
+	}
+	s.intercepts[kind] = f
+}
+
 // handlerLocked returns the handler of Handle for path, the longest match first.
 func (s *Server) handlerLocked(path string) http.Handler {
 	if h := s.handlers[path]; h != nil {
@@ -365,6 +388,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fault = &q[0]
 		s.faults[kind] = q[1:]
 	}
+	intercept := s.intercepts[kind]
 	s.mu.Unlock()
 
 	switch {
@@ -380,6 +404,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fault(w, r, kind, *fault)
 		return
 	}
+	answer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.answer(w, r, kind, name, fieldName, handler)
+	})
+	if intercept != nil {
+		intercept(w, r, answer)
+		return
+	}
+	answer(w, r)
+}
+
+// answer gives the server's own answer to a request of kind.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, kind Kind, name, fieldName string, handler http.Handler) {
 	switch kind {
 	case KindGet:
 		s.get(w, name)

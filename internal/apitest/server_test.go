@@ -710,3 +710,98 @@ func TestHandle(t *testing.T) {
 		t.Errorf("Counts (-want +got):\n%s", diff)
 	}
 }
+
+// post sends body to path with the client's token and returns the status and the body.
+func (c *client) post(path, body string) (int, string) {
+	c.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, c.s.URL()+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.tok)
+	resp, err := c.c.Do(req)
+	if err != nil {
+		c.t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatalf("POST %s: %v", path, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func TestReviews(t *testing.T) {
+	c := newClient(t, Options{
+		Users:   map[string]string{"alice-token": "alice", "bob-token": "bob"},
+		Allowed: map[string][]string{"alice": {"/metrics"}},
+		Extra:   map[string][]string{"k": {"v"}},
+	})
+	tr := func(token string) string {
+		return `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":"` + token + `"}}`
+	}
+	sar := func(user, path, verb string) string {
+		return `{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{"user":"` + user +
+			`","nonResourceAttributes":{"path":"` + path + `","verb":"` + verb + `"}}}`
+	}
+	for _, tc := range []struct {
+		name, path, body string
+		code             int
+		want             string
+	}{
+		{"known token", tokenReviewsPath, tr("alice-token"), 201,
+			`"status":{"authenticated":true,"user":{"extra":{"k":["v"]},"groups":["system:authenticated"],"uid":"alice-uid","username":"alice"}}`},
+		{"unknown token", tokenReviewsPath, tr("garbage"), 201, `"status":{"authenticated":false,"error":"invalid bearer token"}`},
+		{"allowed", subjectAccessReviewsPath, sar("alice", "/metrics", "get"), 201, `"status":{"allowed":true}`},
+		{"other path", subjectAccessReviewsPath, sar("alice", "/debug", "get"), 201, `"status":{"allowed":false}`},
+		{"other verb", subjectAccessReviewsPath, sar("alice", "/metrics", "post"), 201, `"status":{"allowed":false}`},
+		{"other user", subjectAccessReviewsPath, sar("bob", "/metrics", "get"), 201, `"status":{"allowed":false}`},
+		{"wrong kind", subjectAccessReviewsPath, tr("alice-token"), 400, `not a SubjectAccessReview`},
+	} {
+		if code, body := c.post(tc.path, tc.body); code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %s, want %d with %s", tc.name, code, body, tc.code, tc.want)
+		}
+	}
+}
+
+func TestIntercept(t *testing.T) {
+	c := newClient(t, Options{Users: map[string]string{"alice-token": "alice"}})
+	review := `{"kind":"TokenReview","spec":{"token":"alice-token"}}`
+	var seen []string
+	c.s.Intercept(KindTokenReview, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+		b, _ := io.ReadAll(r.Body)
+		seen = append(seen, string(b))
+		if strings.Contains(string(b), "fail") {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		r.Body = io.NopCloser(strings.NewReader(string(b)))
+		next.ServeHTTP(w, r)
+	})
+	if code, body := c.post(tokenReviewsPath, review); code != 201 || !strings.Contains(body, `"username":"alice"`) {
+		t.Errorf("passed on: %d %s", code, body)
+	}
+	if code, _ := c.post(tokenReviewsPath, `{"kind":"TokenReview","spec":{"token":"fail"}}`); code != 500 {
+		t.Errorf("answered by the interceptor: %d, want 500", code)
+	}
+	// A fault comes first; other kinds and a wrong token are not intercepted.
+	c.s.Inject(KindTokenReview, Fault{Code: 503})
+	if code, _ := c.post(tokenReviewsPath, review); code != 503 {
+		t.Errorf("fault: %d, want 503", code)
+	}
+	c.post(subjectAccessReviewsPath, `{"kind":"SubjectAccessReview"}`)
+	c.tok = "wrong"
+	c.post(tokenReviewsPath, review)
+	if len(seen) != 2 {
+		t.Errorf("the interceptor saw %d requests, want 2: %q", len(seen), seen)
+	}
+	c.tok = c.s.Token()
+	c.s.Intercept(KindTokenReview, nil)
+	if code, _ := c.post(tokenReviewsPath, `{"kind":"TokenReview","spec":{"token":"fail"}}`); code != 201 {
+		t.Errorf("interceptor removed: %d, want 201", code)
+	}
+	want := map[Kind]int{KindTokenReview: 4, KindAccessReview: 1, KindUnauthorized: 1}
+	if diff := cmp.Diff(want, c.s.Counts()); diff != "" {
+		t.Errorf("Counts (-want +got):\n%s", diff)
+	}
+}
