@@ -1,6 +1,7 @@
 package kubeauth
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,21 +18,20 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/internal/apitest"
 	"github.com/marksplit/marksplit/internal/kubeapi"
 )
 
 const agentToken = "agent-token"
 
-// fakeAPI answers TokenReviews and SubjectAccessReviews: users maps a token to its
-// user, allowed says which users may get the path. down makes it answer 500, and
-// gate (when not nil) holds every answer until it is closed.
+// fakeAPI is an apitest server that answers TokenReviews (alice-token is alice,
+// bob-token bob) and SubjectAccessReviews (alice may get /metrics) and keeps the
+// SubjectAccessReviews' specs. down makes it answer 500, and gate (when not nil) holds
+// every answer until it is closed.
 type fakeAPI struct {
-	srv     *httptest.Server
-	users   map[string]string
-	allowed map[string]bool
+	srv *apitest.Server
 
 	down     atomic.Bool
-	calls    atomic.Int64
 	inflight atomic.Int64
 	maxIn    atomic.Int64
 	gate     chan struct{}
@@ -42,17 +42,21 @@ type fakeAPI struct {
 
 func newFakeAPI(t testing.TB) *fakeAPI {
 	t.Helper()
-	f := &fakeAPI{
-		users:   map[string]string{"alice-token": "alice", "bob-token": "bob"},
-		allowed: map[string]bool{"alice": true},
-	}
-	f.srv = httptest.NewTLSServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
+	f := &fakeAPI{}
+	f.srv = apitest.New(t, apitest.Options{
+		Token:   agentToken,
+		Users:   map[string]string{"alice-token": "alice", "bob-token": "bob"},
+		Allowed: map[string][]string{"alice": {"/metrics"}},
+		Extra:   map[string][]string{"k": {"v"}},
+	})
+	f.srv.Intercept(apitest.KindTokenReview, f.intercept)
+	f.srv.Intercept(apitest.KindAccessReview, f.intercept)
 	return f
 }
 
-func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
-	f.calls.Add(1)
+// intercept counts the reviews under way, holds them at the gate, answers 500 while the
+// server is down and keeps the spec of each SubjectAccessReview.
+func (f *fakeAPI) intercept(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	n := f.inflight.Add(1)
 	defer f.inflight.Add(-1)
 	for {
@@ -68,41 +72,26 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"kind":"Status","message":"etcdserver: request timed out","code":500}`, 500)
 		return
 	}
-	if r.Header.Get("Authorization") != "Bearer "+agentToken || r.Method != "POST" {
-		http.Error(w, "bad request from the agent", 400)
-		return
-	}
-	body, _ := io.ReadAll(r.Body)
-	w.WriteHeader(http.StatusCreated)
-	switch r.URL.Path {
-	case tokenReviewsPath:
-		var tr tokenReview
-		if err := json.Unmarshal(body, &tr); err != nil || tr.Kind != "TokenReview" {
-			http.Error(w, "bad TokenReview", 400)
-			return
-		}
-		if u, ok := f.users[tr.Spec.Token]; ok {
-			tr.Status = tokenReviewStatus{Authenticated: true, User: userInfo{Username: u, UID: u + "-uid",
-				Groups: []string{"system:authenticated"}, Extra: map[string][]string{"k": {"v"}}}}
-		} else {
-			tr.Status.Error = "invalid bearer token"
-		}
-		json.NewEncoder(w).Encode(tr)
-	case subjectAccessReviewsPath:
+	if r.URL.Path == subjectAccessReviewsPath {
+		body, _ := io.ReadAll(r.Body)
 		var sar subjectAccessReview
-		if err := json.Unmarshal(body, &sar); err != nil || sar.Kind != "SubjectAccessReview" {
-			http.Error(w, "bad SubjectAccessReview", 400)
-			return
+		if err := json.Unmarshal(body, &sar); err == nil {
+			f.mu.Lock()
+			f.sars = append(f.sars, sar.Spec)
+			f.mu.Unlock()
 		}
-		f.mu.Lock()
-		f.sars = append(f.sars, sar.Spec)
-		f.mu.Unlock()
-		sar.Status.Allowed = f.allowed[sar.Spec.User] &&
-			sar.Spec.NonResourceAttributes == nonResourceAttributes{Path: "/metrics", Verb: "get"}
-		json.NewEncoder(w).Encode(sar)
-	default:
-		http.NotFound(w, r)
+		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
+	next.ServeHTTP(w, r)
+}
+
+// calls is the number of requests the API server received, refused ones included.
+func (f *fakeAPI) calls() int64 {
+	var n int
+	for _, c := range f.srv.Counts() {
+		n += c
+	}
+	return int64(n)
 }
 
 // clock is a settable clock.
@@ -127,7 +116,7 @@ func newAuthorizer(t testing.TB, f *fakeAPI, edit func(*Config)) (*Authorizer, *
 	}
 	clk := &clock{t: time.Unix(1_800_000_000, 0)}
 	cfg := Config{
-		API: &kubeapi.Client{Server: f.srv.URL, TokenFile: tok, HTTP: kubeapi.NoRedirects(f.srv.Client())},
+		API: &kubeapi.Client{Server: f.srv.URL(), TokenFile: tok, HTTP: kubeapi.NoRedirects(f.srv.Client())},
 		Now: clk.Now,
 	}
 	if edit != nil {
@@ -174,11 +163,11 @@ func TestDecisions(t *testing.T) {
 		{"too long", "Bearer " + strings.Repeat("a", MaxTokenBytes+1), 401, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := f.calls.Load()
+			before := f.calls()
 			if got := scrape(a, tc.auth); got != tc.want {
 				t.Errorf("status %d, want %d", got, tc.want)
 			}
-			if got := f.calls.Load() - before; got != tc.apiCalls {
+			if got := f.calls() - before; got != tc.apiCalls {
 				t.Errorf("%d API calls, want %d", got, tc.apiCalls)
 			}
 		})
@@ -228,7 +217,7 @@ func TestCacheHitAndExpiry(t *testing.T) {
 	for _, tok := range []string{"alice-token", "bob-token", "garbage"} {
 		scrape(a, "Bearer "+tok)
 	}
-	calls := f.calls.Load()
+	calls := f.calls()
 	f.down.Store(true)
 	check := func(when string, want map[string]int) {
 		t.Helper()
@@ -239,7 +228,7 @@ func TestCacheHitAndExpiry(t *testing.T) {
 		}
 	}
 	check("cached, API down", map[string]int{"alice-token": 200, "bob-token": 403, "garbage": 401})
-	if got := f.calls.Load(); got != calls {
+	if got := f.calls(); got != calls {
 		t.Errorf("cache hits made %d API calls", got-calls)
 	}
 	clk.Add(DefaultDenyTTL)
@@ -264,12 +253,12 @@ func TestCacheBound(t *testing.T) {
 			t.Fatalf("%d cached decisions, want at most 4", n)
 		}
 	}
-	before := f.calls.Load()
-	if got := scrape(a, "Bearer alice-token"); got != 200 || f.calls.Load() != before {
-		t.Errorf("recently used token: status %d, %d API calls; want 200 from the cache", got, f.calls.Load()-before)
+	before := f.calls()
+	if got := scrape(a, "Bearer alice-token"); got != 200 || f.calls() != before {
+		t.Errorf("recently used token: status %d, %d API calls; want 200 from the cache", got, f.calls()-before)
 	}
-	if got := scrape(a, "Bearer garbage-0"); got != 401 || f.calls.Load() != before+1 {
-		t.Errorf("evicted token: status %d, %d API calls; want 401 after a new review", got, f.calls.Load()-before)
+	if got := scrape(a, "Bearer garbage-0"); got != 401 || f.calls() != before+1 {
+		t.Errorf("evicted token: status %d, %d API calls; want 401 after a new review", got, f.calls()-before)
 	}
 }
 
@@ -279,7 +268,7 @@ func TestGarbageFlood(t *testing.T) {
 	f := newFakeAPI(t)
 	a, clk := newAuthorizer(t, f, nil)
 	scrape(a, "Bearer alice-token")
-	base := f.calls.Load()
+	base := f.calls()
 	codes := map[int]int{}
 	for i := range 10_000 {
 		codes[scrape(a, fmt.Sprintf("Bearer flood-%d", i))]++
@@ -295,7 +284,7 @@ func TestGarbageFlood(t *testing.T) {
 	}
 	// burst + 10 s at DefaultReviewsPerSecond, one TokenReview each.
 	wantCalls := int64(DefaultReviewBurst + 10*DefaultReviewsPerSecond)
-	if got := f.calls.Load() - base; got > wantCalls {
+	if got := f.calls() - base; got > wantCalls {
 		t.Errorf("the flood made %d API calls, want at most %d", got, wantCalls)
 	}
 	if n := a.Len(); n > DefaultMaxEntries {
@@ -304,16 +293,16 @@ func TestGarbageFlood(t *testing.T) {
 	if codes[401] == 0 || codes[429] == 0 || codes[401]+codes[429] != 11_000 {
 		t.Errorf("status codes %v: want only 401 and 429", codes)
 	}
-	t.Logf("10,000 distinct tokens: %d API calls, %d cached, statuses %v", f.calls.Load()-base, a.Len(), codes)
+	t.Logf("10,000 distinct tokens: %d API calls, %d cached, statuses %v", f.calls()-base, a.Len(), codes)
 
 	// Once alice's allow expires, her next scrape is reviewed even with the
 	// budget spent by the flood; a new token is not.
 	clk.Add(DefaultAllowTTL)
 	for i := 0; scrape(a, fmt.Sprintf("Bearer drain-%d", i)) != 429; i++ {
 	}
-	before := f.calls.Load()
-	if got := scrape(a, "Bearer alice-token"); got != 200 || f.calls.Load() != before+2 {
-		t.Errorf("expired allow during a flood: status %d, %d API calls; want 200 after a review", got, f.calls.Load()-before)
+	before := f.calls()
+	if got := scrape(a, "Bearer alice-token"); got != 200 || f.calls() != before+2 {
+		t.Errorf("expired allow during a flood: status %d, %d API calls; want 200 after a review", got, f.calls()-before)
 	}
 	if got := scrape(a, "Bearer bob-token"); got != 429 {
 		t.Errorf("a token never reviewed during a flood: status %d, want 429", got)
@@ -324,10 +313,10 @@ func TestGarbageFlood(t *testing.T) {
 	for i := 0; scrape(a, fmt.Sprintf("Bearer drain-again-%d", i)) != 429; i++ {
 	}
 	f.down.Store(true)
-	before = f.calls.Load()
+	before = f.calls()
 	first, second := scrape(a, "Bearer alice-token"), scrape(a, "Bearer alice-token")
-	if first != 503 || second != 429 || f.calls.Load() != before+1 {
-		t.Errorf("expired allow, API down: statuses %d, %d, %d API calls; want 503 (one review), then 429", first, second, f.calls.Load()-before)
+	if first != 503 || second != 429 || f.calls() != before+1 {
+		t.Errorf("expired allow, API down: statuses %d, %d, %d API calls; want 503 (one review), then 429", first, second, f.calls()-before)
 	}
 }
 
@@ -363,7 +352,7 @@ func TestSingleflightAndInflight(t *testing.T) {
 	if diff := cmp.Diff(map[int]int{200: 50, 401: 10}, n); diff != "" {
 		t.Errorf("status codes (-want +got):\n%s", diff)
 	}
-	if got := f.calls.Load(); got != 2+10 {
+	if got := f.calls(); got != 2+10 {
 		t.Errorf("%d API calls, want 12 (one review of alice, one TokenReview per other token)", got)
 	}
 	if got := f.maxIn.Load(); got > DefaultMaxInflight {
@@ -459,7 +448,7 @@ func TestBadTokenFlood(t *testing.T) {
 				}
 				clk.Add(time.Millisecond)
 			}
-			calls := f.calls.Load()
+			calls := f.calls()
 			t.Logf("10,000 made-up tokens a second from %s: a new valid token served %v after its first try; %d API calls in %v",
 				tc.name, served, calls, clk.Now().Sub(start))
 			if served < 0 || served > 5*time.Second {
