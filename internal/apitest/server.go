@@ -341,8 +341,9 @@ func (s *Server) Handle(path string, h http.Handler) {
 // it then hands next a request with the body put back).
 type Interceptor func(w http.ResponseWriter, r *http.Request, next http.Handler)
 
-// Intercept makes f see every request of kind that carries the token and has no fault
-// injected for it, until Intercept(kind, nil). The request is counted before f sees it.
+// Intercept makes f see every request of kind that has no fault injected for it, until
+// Intercept(kind, nil); the requests refused for their token are of KindUnauthorized
+// (next answers 401). The request is counted before f sees it.
 func (s *Server) Intercept(kind Kind, f Interceptor) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -394,10 +395,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case down:
 		panic(http.ErrAbortHandler)
-	case !authorized:
-		writeStatus(w, http.StatusUnauthorized, "Unauthorized", "Unauthorized")
-		return
-	case err != nil:
+	case authorized && err != nil:
 		writeStatus(w, http.StatusBadRequest, "BadRequest", err.Error())
 		return
 	case fault != nil:
@@ -417,6 +415,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // answer gives the server's own answer to a request of kind.
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, kind Kind, name, fieldName string, handler http.Handler) {
 	switch kind {
+	case KindUnauthorized:
+		writeStatus(w, http.StatusUnauthorized, "Unauthorized", "Unauthorized")
 	case KindGet:
 		s.get(w, name)
 	case KindList, KindListOne:
