@@ -537,12 +537,18 @@ func TestFaults(t *testing.T) {
 		check func(t *testing.T, resp *http.Response, err error)
 	}{
 		{"status", Fault{Code: 503}, func(t *testing.T, resp *http.Response, err error) {
+			if err != nil {
+				t.Fatal(err)
+			}
 			b, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != 503 || !strings.Contains(string(b), `"kind":"Status"`) {
 				t.Errorf("got %d %s", resp.StatusCode, b)
 			}
 		}},
 		{"garbage", Fault{Body: "this is not JSON"}, func(t *testing.T, resp *http.Response, err error) {
+			if err != nil {
+				t.Fatal(err)
+			}
 			b, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != 200 || string(b) != "this is not JSON" {
 				t.Errorf("got %d %q", resp.StatusCode, b)
@@ -567,7 +573,13 @@ func TestFaults(t *testing.T) {
 			c := newClient(t, Options{})
 			c.s.MustPut(t, node("a", 255))
 			c.s.Inject(KindList, tc.fault)
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			// Only the hanging answer waits for the client's deadline; the others are
+			// given waitFor, so that a busy machine does not turn them into timeouts.
+			timeout := waitFor
+			if tc.fault.Hang {
+				timeout = 200 * time.Millisecond
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			resp, err := c.do(ctx, resource)
 			if err == nil {
@@ -795,12 +807,21 @@ func TestIntercept(t *testing.T) {
 	if len(seen) != 2 {
 		t.Errorf("the interceptor saw %d requests, want 2: %q", len(seen), seen)
 	}
+	// Refused requests reach an interceptor of KindUnauthorized; next answers 401.
+	refused := 0
+	c.s.Intercept(KindUnauthorized, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+		refused++
+		next.ServeHTTP(w, r)
+	})
+	if code, body := c.post(tokenReviewsPath, review); code != 401 || refused != 1 || !strings.Contains(body, `"reason":"Unauthorized"`) {
+		t.Errorf("wrong token, intercepted: %d %s, %d seen, want 401 seen once", code, body, refused)
+	}
 	c.tok = c.s.Token()
 	c.s.Intercept(KindTokenReview, nil)
 	if code, _ := c.post(tokenReviewsPath, `{"kind":"TokenReview","spec":{"token":"fail"}}`); code != 201 {
 		t.Errorf("interceptor removed: %d, want 201", code)
 	}
-	want := map[Kind]int{KindTokenReview: 4, KindAccessReview: 1, KindUnauthorized: 1}
+	want := map[Kind]int{KindTokenReview: 4, KindAccessReview: 1, KindUnauthorized: 2}
 	if diff := cmp.Diff(want, c.s.Counts()); diff != "" {
 		t.Errorf("Counts (-want +got):\n%s", diff)
 	}
