@@ -11,26 +11,24 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"io"
-	"log"
 	"log/slog"
 	"maps"
 	"math/big"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/marksplit/marksplit/internal/apitest"
 	"go.uber.org/goleak"
 )
 
@@ -39,54 +37,49 @@ const waitFor = 5 * time.Second
 
 const testNode = "worker-1"
 
-// fakeAPI is a TLS Kubernetes API server for one CiliumNode. It checks the bearer token itself
-// (answering 401 with a Status, like the real one) and hands every authorized request to the
-// test as an exchange, which the test answers step by step: a CiliumNode, a Status, a watch
-// stream of newline-delimited events, a clean end, a dropped connection, or nothing at all.
+// fakeAPI is an apitest server for one CiliumNode whose every answer the test gives. The
+// server checks the bearer token (answering 401 with a Status, like the real one) and hands
+// every authorized request to the test as an exchange, which the test answers step by step:
+// a CiliumNode, a Status, a watch stream of newline-delimited events, a clean end, a dropped
+// connection, or nothing at all.
 type fakeAPI struct {
-	srv    *httptest.Server
+	srv    *apitest.Server
 	calls  chan *exchange
 	denied chan struct{} // one buffered signal per burst of 401 answers
-	served atomic.Int64  // requests that reached the handler
-
-	mu    sync.Mutex
-	token string
 }
 
 func newFakeAPI(t *testing.T, http1 bool) *fakeAPI {
 	t.Helper()
-	f := &fakeAPI{calls: make(chan *exchange), denied: make(chan struct{}, 1), token: "token-1"}
-	f.srv = httptest.NewUnstartedServer(f)
-	f.srv.EnableHTTP2 = !http1                         // the real API server speaks HTTP/2
-	f.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // TLS handshake errors of the wrong-CA test
-	f.srv.StartTLS()
-	t.Cleanup(func() {
-		f.srv.CloseClientConnections()
-		f.srv.Close()
+	f := &fakeAPI{calls: make(chan *exchange), denied: make(chan struct{}, 1)}
+	f.srv = apitest.New(t, apitest.Options{Token: "token-1", HTTP1: http1}) // HTTP/2 unless http1, as the real one
+	for _, k := range []apitest.Kind{apitest.KindGet, apitest.KindWatchOne, apitest.KindListOne, apitest.KindList,
+		apitest.KindWatch, apitest.KindTokenReview, apitest.KindAccessReview, apitest.KindOther} {
+		f.srv.Intercept(k, f.exchange)
+	}
+	f.srv.Intercept(apitest.KindUnauthorized, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+		next.ServeHTTP(w, r)
+		select {
+		case f.denied <- struct{}{}:
+		default:
+		}
 	})
 	return f
 }
 
 // setToken makes the server accept only token from now on.
-func (f *fakeAPI) setToken(token string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.token = token
+func (f *fakeAPI) setToken(token string) { f.srv.SetToken(token) }
+
+// served is the number of requests the server received, refused ones included.
+func (f *fakeAPI) served() int {
+	n := 0
+	for _, c := range f.srv.Counts() {
+		n += c
+	}
+	return n
 }
 
-func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.served.Add(1)
-	f.mu.Lock()
-	token := f.token
-	f.mu.Unlock()
-	if r.Header.Get("Authorization") != "Bearer "+token {
-		writeJSON(w, http.StatusUnauthorized, statusJSON(http.StatusUnauthorized, "Unauthorized", "Unauthorized"))
-		select {
-		case f.denied <- struct{}{}:
-		default:
-		}
-		return
-	}
+// exchange hands an authorized request to the test and runs its answer.
+func (f *fakeAPI) exchange(w http.ResponseWriter, r *http.Request, _ http.Handler) {
 	x := &exchange{req: r, cmds: make(chan func(http.ResponseWriter)), done: make(chan struct{})}
 	defer close(x.done)
 	select {
@@ -429,9 +422,9 @@ func start(t *testing.T, s setup) *harness {
 func fakeConfig(t *testing.T, api *fakeAPI, tokenFile string, logs *logBuffer) Config {
 	t.Helper()
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	writeFile(t, caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.srv.Certificate().Raw}))
+	writeFile(t, caFile, api.srv.CAPEM())
 	return Config{
-		Server:         api.srv.URL,
+		Server:         api.srv.URL(),
 		NodeName:       testNode,
 		TokenFile:      tokenFile,
 		CAFile:         caFile,
@@ -1196,7 +1189,7 @@ func TestTokenFileMissing(t *testing.T) {
 		return bytes.Contains(h.logs.buf.Bytes(), []byte("read token"))
 	})
 	h.wantLog("WARN", "ciliumnode: get worker-1: read token: open ", "no such file or directory")
-	if n := h.api.served.Load(); n != 0 {
+	if n := h.api.served(); n != 0 {
 		t.Errorf("%d requests sent without a token", n)
 	}
 	h.wantReported()
