@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/marksplit/marksplit/internal/apitest"
 	"github.com/marksplit/marksplit/internal/kubeapi"
 )
 
@@ -26,11 +26,11 @@ const (
 	testCollection = "/api/v1/namespaces/kube-system/configmaps"
 )
 
-// fakeAPI serves a list and a watch of one ConfigMap the way kube-apiserver does, with
-// hooks to answer otherwise.
+// fakeAPI serves a list and a watch of one ConfigMap the way kube-apiserver does, on an
+// apitest server (which checks the token), with hooks to answer otherwise.
 type fakeAPI struct {
-	t  *testing.T
-	ts *httptest.Server
+	t   *testing.T
+	srv *apitest.Server
 
 	mu       sync.Mutex
 	rv       int
@@ -45,8 +45,8 @@ type fakeAPI struct {
 
 func newFakeAPI(t *testing.T) *fakeAPI {
 	f := &fakeAPI{t: t, rv: 100, watchers: map[chan string]bool{}}
-	f.ts = httptest.NewTLSServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.ts.Close)
+	f.srv = apitest.New(t, apitest.Options{Token: "tok", HTTP1: true}) // as the server these tests were written against
+	f.srv.Handle(testCollection, http.HandlerFunc(f.serve))
 	return f
 }
 
@@ -209,8 +209,10 @@ func startWatcher(t *testing.T, f *fakeAPI, tweak func(*Config)) *run {
 		t.Fatal(err)
 	}
 	r := &run{states: make(chan State, 100), log: &syncLog{}}
+	client := f.srv.Client()
+	t.Cleanup(client.CloseIdleConnections)
 	cfg := Config{
-		Client:       kubeapi.Client{Server: f.ts.URL, TokenFile: tok, HTTP: f.ts.Client()},
+		Client:       kubeapi.Client{Server: f.srv.URL(), TokenFile: tok, HTTP: client},
 		APIVersion:   "v1",
 		Kind:         "ConfigMap",
 		Collection:   testCollection,
@@ -482,7 +484,7 @@ func TestEndlessEvent(t *testing.T) {
 			}
 		}
 	})
-	ct := &countingTransport{rt: f.ts.Client().Transport}
+	ct := &countingTransport{rt: f.srv.Client().Transport}
 	r := startWatcher(t, f, func(c *Config) { c.Client.HTTP = &http.Client{Transport: ct} })
 	if got := r.next(t); got != Absent {
 		t.Fatalf("first state %v, want absent", got)
