@@ -25,7 +25,7 @@ var suites = []suite{
 	{name: "netwatchtest", pkg: "./netwatch/netwatchtest", run: "^TestKernel"},
 	{name: "fakekernel", pkg: "./netwatch/internal/fakekernel", run: "^TestKernel"},
 	{name: "mtupolicy", pkg: "./mtupolicy", run: "^TestKernel"},
-	{name: "agent", pkg: "./agent", run: "^TestKernel", env: []string{"MARKSPLIT_AGENT=@agent"}},
+	{name: "agent", pkg: "./agent", run: "^TestKernel", env: []string{"MARKSPLIT_AGENT=@agent", "MARKSPLIT_TIME_SCALE=20"}},
 	{name: "uplinkpin", pkg: "./examples/uplinkpin", run: "^TestKernel"},
 	{name: "vpnbypass", pkg: "./examples/vpnbypass", run: "^TestKernel"},
 	{name: "watch", pkg: "./examples/watch", run: "^TestKernel"},
