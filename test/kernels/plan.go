@@ -26,9 +26,9 @@ var suites = []suite{
 	{name: "fakekernel", pkg: "./netwatch/internal/fakekernel", run: "^TestKernel"},
 	{name: "mtupolicy", pkg: "./mtupolicy", run: "^TestKernel"},
 	{name: "agent", pkg: "./agent", run: "^TestKernel", env: []string{"MARKSPLIT_AGENT=@agent", "MARKSPLIT_TIME_SCALE=20"}},
-	{name: "uplinkpin", pkg: "./examples/uplinkpin", run: "^TestKernel"},
-	{name: "vpnbypass", pkg: "./examples/vpnbypass", run: "^TestKernel"},
-	{name: "watch", pkg: "./examples/watch", run: "^TestKernel"},
+	{name: "uplinkpin", pkg: "./examples/uplinkpin", run: "^TestKernel", env: []string{"MARKSPLIT_TIME_SCALE=20"}},
+	{name: "vpnbypass", pkg: "./examples/vpnbypass", run: "^TestKernel", env: []string{"MARKSPLIT_TIME_SCALE=20"}},
+	{name: "watch", pkg: "./examples/watch", run: "^TestKernel", env: []string{"MARKSPLIT_TIME_SCALE=20"}},
 	{name: "wireguard", module: "test/wireguard", pkg: ".", run: "^TestKernel",
 		env: []string{"MARKSPLIT_AGENT=@agent", "MARKSPLIT_WIREGUARD=kernel", "MARKSPLIT_TIME_SCALE=20"}},
 }
