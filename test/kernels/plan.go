@@ -43,23 +43,26 @@ var suites = []suite{
 //     real-kernel tests but for the long ones, with SilentChanges (what the
 //     kernel removes without an event), and test/wireguard (the kernel's
 //     WireGuard: FragOKs without and with the agent, the flap, host TCP).
-//   - 6.1: mtupolicy's real-kernel cases and the agent's single-node tests
-//     (netlink_diag's origins among them).
+//   - 6.1: mtupolicy's real-kernel cases and four of the agent's
+//     single-node tests (netlink_diag's origins among them).
 //   - 5.10: the oldest: netwatch's Overflow (ENOBUFS and the resync).
 //   - 6.12: the examples, and netwatch's IPv6 multipath and shared keys.
 //
 // Left to FULL=1 (every suite on every kernel, about 45 min per kernel):
 // netwatch's randomized and large-table tests (RandomChanges,
-// LargeTableChurn, Barrier, RouteAliases: minutes each in a guest), the
-// agent's multi-node and peer-churn tests, and whatever a kernel above
-// does not run; each kernel's line counts what it left out.
+// LargeTableChurn, Barrier, RouteAliases: minutes each in a guest), most
+// of the agent's tests (TestKernelUnderlayFlapsAreNoFight alone takes two
+// minutes there), and whatever a kernel above does not run; each kernel's
+// line counts what it left out and lists it.
 var (
 	netwatchLong = []string{"TestKernelRandomChanges", "TestKernelOverflow", "TestKernelLargeTableChurn",
 		"TestKernelBarrier", "TestKernelRouteAliases", "TestKernelRunStopsDuringDump", "TestKernelIPv6SharedKey",
 		"TestKernelIPv6Multipath"}
-	agentSingleNode = []string{"TestKernelRunFollowsTheKernel", "TestKernelSignalLeavesRoutes", "TestKernelCleanupLeavesNoTrace",
-		"TestKernelCleanupBesideAgentOff", "TestKernelEncryptionOff", "TestKernelVerify", "TestKernelPlan",
-		"TestKernelFightNamesProgram", "TestKernelUnderlayFlapsAreNoFight", "TestKernelOnceSeed", "TestKernelMetrics"}
+	// The agent on one node: following the kernel, naming the program it
+	// fights through netlink_diag (a module), leaving its routes on
+	// SIGTERM, cleaning up.
+	agentSingleNode = []string{"TestKernelRunFollowsTheKernel", "TestKernelFightNamesProgram",
+		"TestKernelSignalLeavesRoutes", "TestKernelCleanupLeavesNoTrace"}
 )
 
 // choice is what a kernel runs of one suite: run (a -test.run pattern)
