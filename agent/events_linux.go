@@ -48,6 +48,9 @@ type nodeEvents struct {
 	cfg mtupolicy.Config
 	// recordGroup is rec.RecordGroup (a test's capture).
 	recordGroup func(group, typ, reason, action, note string)
+	// uninstall names the uninstall switch and reports whether it is
+	// present; nil without a switch.
+	uninstall func() (what string, present bool)
 
 	// Set by policy, read by pass.
 	haveRule   atomic.Bool // the kernel has a rule at the priority
@@ -207,7 +210,13 @@ func (e *nodeEvents) installed() {
 
 func (e *nodeEvents) removed(mode mtupolicy.Mode, gone bool) {
 	why := "nothing is left to split"
+	what, switchedOff := "", false
+	if e.uninstall != nil {
+		what, switchedOff = e.uninstall()
+	}
 	switch {
+	case switchedOff:
+		why = "uninstall switch " + what + " present"
 	case mode == mtupolicy.ModeOff:
 		why = "the node does not encrypt"
 	case gone:

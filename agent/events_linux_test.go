@@ -96,6 +96,25 @@ func TestNodeEventsRestart(t *testing.T) {
 	}
 }
 
+// During an uninstall the mode stays on (the switch overrides it): the
+// SplitRemoved note names the switch, not "nothing is left to split"
+// (issue 30).
+func TestNodeEventsUninstallSwitch(t *testing.T) {
+	e, got := capture()
+	off := false
+	e.uninstall = func() (string, bool) { return "kube-system/marksplit-uninstall", off }
+	e.haveRule.Store(true)
+	e.pass(reconcile.Pass{Planned: true}, true, mtupolicy.ModeOn, time.Now())
+	off = true
+	e.pass(reconcile.Pass{Planned: true, Applied: make([]netwatch.Op, 3)}, false, mtupolicy.ModeOn, time.Now())
+	e.haveRule.Store(false)
+	e.pass(reconcile.Pass{Planned: true}, true, mtupolicy.ModeOn, time.Now())
+	const removed = "split removed: rule 900 and table 900's routes are gone (uninstall switch kube-system/marksplit-uninstall present)"
+	if diff := cmp.Diff([]string{"Normal SplitRemoved [" + removed + "]: " + removed}, *got); diff != "" {
+		t.Errorf("Events (-want +got):\n%s", diff)
+	}
+}
+
 // Failed passes are an Event after 10 in a row or a minute of failing,
 // then once a minute while they go on; a good pass ends the streak.
 func TestNodeEventsPassFailing(t *testing.T) {

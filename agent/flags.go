@@ -59,6 +59,7 @@ type options struct {
 	noEvents                bool // --events=false: no Kubernetes Events on the Node
 	// uninstallConfigMap names the uninstall switch; "" for none.
 	uninstallConfigMap string
+	nodeCondition      string // the Node condition's type; "" for none (condition_linux.go)
 }
 
 // usageError is a bad command line: the agent prints it in one line and
@@ -154,6 +155,9 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 	if (o.tlsCertFile == "") != (o.tlsKeyFile == "") {
 		return o, usageErrorf("--tls-cert-file and --tls-key-file go together (or neither: a self-signed certificate)")
 	}
+	if o.tlsCertFile != "" && o.secureMetricsAddr == "" {
+		return o, usageErrorf("--tls-cert-file and --tls-key-file are the certificate of --secure-metrics-addr: give it too (or neither)")
+	}
 	if o.nodeName != "" && !(len(o.nodeName) <= 253 && nodeNameRE.MatchString(o.nodeName)) {
 		return o, usageErrorf("--node-name %q: not a Kubernetes node name (lowercase letters, digits, '-' and '.', at most 253)", o.nodeName)
 	}
@@ -161,6 +165,9 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 		if err := kubewatch.ValidName(o.uninstallConfigMap); err != nil {
 			return o, usageErrorf("--uninstall-configmap: %v (or empty for no switch)", err)
 		}
+	}
+	if err := checkNodeCondition(o); err != nil {
+		return o, err
 	}
 	if o.cmd == cmdVerify && !o.peer.IsValid() {
 		return o, usageErrorf("verify needs --peer ADDR (an address on the split network, e.g. --peer 10.0.0.9)")
@@ -221,6 +228,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.BoolVar(&o.allowShared, "allow-shared", false, "own --table or --priority even where Cilium (tables 200-202, 2004, 2005; priorities 1, 8-10, 20, 100, 109-112) or Tailscale (table 52; priorities 5210-5270) keep theirs")
 	fs.Var(offValue{&o.noEvents}, "events", "record Kubernetes Events on the Node with run (a fight, failing passes, mode changes, the split installed or removed); needs the API from a pod and $NODE_NAME, else there are none; false disables")
+	fs.StringVar(&o.nodeCondition, "node-condition", "", "`type` of a condition run sets on its own Node: True when the split is in place or not needed, False with a reason (e.g. MarkSplitReady); needs the API from a pod and $NODE_NAME; empty disables")
 	if o.cmd == cmdVerify {
 		fs.Var(addrValue{&o.peer}, "peer", "`address` to ask the kernel about (verify)")
 	}

@@ -45,9 +45,6 @@ func TestMain(m *testing.M) {
 	if names := os.Getenv(squatEnv); names != "" {
 		os.Exit(squat(names))
 	}
-	if idle := os.Getenv(metricsChildEnv); idle != "" {
-		os.Exit(metricsChild(idle))
-	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

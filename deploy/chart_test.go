@@ -47,6 +47,9 @@ import (
 
 const chartDir = "../charts/marksplit"
 
+// testDigest is an image digest for the tests: 64 hex digits.
+const testDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
 var updateChartFiles = flag.Bool("update", false, "copy deploy/monitoring's files into charts/marksplit/files (TestChartFiles)")
 
 // chartFiles are the chart's copies of the monitoring component's files
@@ -173,22 +176,59 @@ func mustRenderChart(t *testing.T, vals map[string]any) []object {
 	return objs
 }
 
+// kustomizeOpts are the overlays kustomizeObjects puts beside deploy/.
+type kustomizeOpts struct {
+	monitoring     bool   // the monitoring component
+	nodeCondition  bool   // the node-condition component
+	digest         string // an images entry's digest (kustomize edit set image …@digest)
+	maxUnavailable any    // the pace patch's value, in place of kustomization.yaml's
+}
+
 // kustomizeObjects renders deploy/ as `kustomize build deploy/` does, and
-// with monitoring as an overlay beside it that adds the monitoring
-// component would (in memory, as TestMonitoringComponent).
-func kustomizeObjects(t *testing.T, monitoring bool) []object {
+// through an overlay beside it with the components and edits of o (in
+// memory, as TestMonitoringComponent).
+func kustomizeObjects(t *testing.T, o kustomizeOpts) []object {
 	t.Helper()
 	fs := filesys.MakeFsInMemory()
 	base := readKustomization(t)
 	for _, f := range append([]string{"kustomization.yaml"}, base.Resources...) {
 		copyInto(t, fs, f, "/repo/deploy/"+f)
 	}
+	if o.digest != "" || o.maxUnavailable != nil {
+		k := base
+		if o.digest != "" {
+			k.Images = slices.Clone(k.Images)
+			k.Images[0].Digest = o.digest
+		}
+		if o.maxUnavailable != nil {
+			k.Patches = slices.Clone(k.Patches)
+			b, _ := json.Marshal(o.maxUnavailable)
+			k.Patches[0].Patch = strings.Replace(k.Patches[0].Patch, "value: 10%", "value: "+string(b), 1)
+		}
+		data, err := yaml.Marshal(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fs.WriteFile("/repo/deploy/kustomization.yaml", data); err != nil {
+			t.Fatal(err)
+		}
+	}
 	dir := "/repo/deploy"
-	if monitoring {
+	var components []string
+	if o.monitoring {
 		for _, f := range []string{"kustomization.yaml", "podmonitor.yaml", "prometheusrule.yaml", "dashboard.json"} {
 			copyInto(t, fs, filepath.Join(monitoringDir, f), "/repo/deploy/monitoring/"+f)
 		}
-		overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../deploy\ncomponents:\n  - ../deploy/monitoring\n"
+		components = append(components, "../deploy/monitoring")
+	}
+	if o.nodeCondition {
+		for _, f := range []string{"kustomization.yaml", "rbac.yaml", "policy.yaml"} {
+			copyInto(t, fs, filepath.Join("node-condition", f), "/repo/deploy/node-condition/"+f)
+		}
+		components = append(components, "../deploy/node-condition")
+	}
+	if len(components) > 0 {
+		overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../deploy\ncomponents:\n  - " + strings.Join(components, "\n  - ") + "\n"
 		if err := fs.WriteFile("/repo/overlay/kustomization.yaml", []byte(overlay)); err != nil {
 			t.Fatal(err)
 		}
@@ -203,6 +243,35 @@ func kustomizeObjects(t *testing.T, monitoring bool) []object {
 		t.Fatal(err)
 	}
 	return decodeObjects(t, "kustomize build", out)
+}
+
+// kustomizedDaemonSet is the DaemonSet kustomizeObjects renders.
+func kustomizedDaemonSet(t *testing.T, o kustomizeOpts) *appsv1.DaemonSet {
+	t.Helper()
+	for _, obj := range kustomizeObjects(t, o) {
+		if obj["kind"] == "DaemonSet" {
+			b, err := json.Marshal(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ds appsv1.DaemonSet
+			if err := json.Unmarshal(b, &ds); err != nil {
+				t.Fatal(err)
+			}
+			return &ds
+		}
+	}
+	t.Fatal("kustomize renders no DaemonSet")
+	return nil
+}
+
+// isHook reports whether o is a Helm hook (helm test's pod), which
+// `helm install` does not apply and kustomize has no counterpart of.
+func isHook(o object) bool {
+	md, _ := o["metadata"].(map[string]any)
+	ann, _ := md["annotations"].(map[string]any)
+	_, ok := ann["helm.sh/hook"]
+	return ok
 }
 
 // byKey indexes objects by objectKey; a key twice is an error.
@@ -226,22 +295,38 @@ func byKey(t *testing.T, what string, objs []object) map[string]object {
 // security context, tolerations, image...).
 func TestChartMatchesKustomize(t *testing.T) {
 	for _, tt := range []struct {
-		name       string
-		vals       map[string]any
-		monitoring bool
-		objects    int
+		name    string
+		vals    map[string]any
+		kust    kustomizeOpts
+		objects int
 	}{
 		// ServiceAccount, ClusterRole, ClusterRoleBinding, the Roles and
 		// RoleBindings of the Events and of the uninstall switch, the
 		// metrics reader's ClusterRole, the DaemonSet.
-		{"defaults", nil, false, 9},
+		{"defaults", nil, kustomizeOpts{}, 9},
 		// And the scraper's ServiceAccount, token Secret and
 		// ClusterRoleBinding, the PodMonitor, the rule and the dashboard.
-		{"monitoring", map[string]any{"monitoring": map[string]any{"enabled": true}}, true, 15},
+		{"monitoring", map[string]any{"monitoring": map[string]any{"enabled": true}}, kustomizeOpts{monitoring: true}, 15},
+		// And the ClusterRole, its binding, the ValidatingAdmissionPolicy
+		// and its binding; the DaemonSet's --node-condition.
+		{"node condition", map[string]any{"nodeCondition": map[string]any{"enabled": true}}, kustomizeOpts{nodeCondition: true}, 13},
+		{"digest", map[string]any{"image": map[string]any{"digest": testDigest}}, kustomizeOpts{digest: testDigest}, 9},
+		{"pace as a number", map[string]any{"updateStrategy": map[string]any{"maxUnavailable": 3}}, kustomizeOpts{maxUnavailable: 3}, 9},
+		{"pace as a percentage", map[string]any{"updateStrategy": map[string]any{"maxUnavailable": "25%"}}, kustomizeOpts{maxUnavailable: "25%"}, 9},
+		{"everything", map[string]any{"monitoring": map[string]any{"enabled": true}, "nodeCondition": map[string]any{"enabled": true},
+			"image": map[string]any{"digest": testDigest}, "updateStrategy": map[string]any{"maxUnavailable": 1},
+			"tests": map[string]any{"node": "worker-1", "peer": "10.0.0.9"}},
+			kustomizeOpts{monitoring: true, nodeCondition: true, digest: testDigest, maxUnavailable: 1}, 19},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			want := byKey(t, "kustomize", kustomizeObjects(t, tt.monitoring))
-			got := byKey(t, "the chart", mustRenderChart(t, tt.vals))
+			want := byKey(t, "kustomize", kustomizeObjects(t, tt.kust))
+			var rendered []object
+			for _, o := range mustRenderChart(t, tt.vals) {
+				if !isHook(o) {
+					rendered = append(rendered, o)
+				}
+			}
+			got := byKey(t, "the chart", rendered)
 			if len(want) != tt.objects {
 				t.Errorf("kustomize rendered %d objects, want %d", len(want), tt.objects)
 			}
@@ -378,6 +463,28 @@ func TestChartRefuses(t *testing.T) {
 		{"uninstall switch upper case", map[string]any{"uninstall": map[string]any{"configMapName": "Marksplit-Uninstall"}}, "/uninstall/configMapName"},
 		{"uninstall switch null", map[string]any{"uninstall": map[string]any{"configMapName": nil}}, "configMapName"},
 		{"extra arg not a flag", map[string]any{"extraArgs": []any{"plan"}}, "/extraArgs/0"},
+		// extraArgs come after the values' flags, and the agent takes the
+		// last of a flag given twice: a value's flag there would get past
+		// every check above (issue 31: --table=254 rendered, and every
+		// agent exited 2).
+		{"digest not sha256", map[string]any{"image": map[string]any{"digest": "sha512:abc"}}, "/image/digest"},
+		{"digest short", map[string]any{"image": map[string]any{"digest": "sha256:0123"}}, "/image/digest"},
+		{"pace 0", map[string]any{"updateStrategy": map[string]any{"maxUnavailable": 0}}, "/updateStrategy/maxUnavailable"},
+		{"pace 0%", map[string]any{"updateStrategy": map[string]any{"maxUnavailable": "0%"}}, "/updateStrategy/maxUnavailable"},
+		{"pace 150%", map[string]any{"updateStrategy": map[string]any{"maxUnavailable": "150%"}}, "/updateStrategy/maxUnavailable"},
+		{"pace as a string number", map[string]any{"updateStrategy": map[string]any{"maxUnavailable": "3"}}, "/updateStrategy/maxUnavailable"},
+		{"pod label over the selector", map[string]any{"podLabels": map[string]any{"app.kubernetes.io/name": "x"}}, "/podLabels"},
+		{"pod label component", map[string]any{"podLabels": map[string]any{"app.kubernetes.io/component": "x"}}, "/podLabels"},
+		{"pod annotation not a string", map[string]any{"podAnnotations": map[string]any{"a": 1}}, "/podAnnotations/a"},
+		{"node condition not a bool", map[string]any{"nodeCondition": map[string]any{"enabled": "yes"}}, "/nodeCondition/enabled"},
+		{"test peer not an address", map[string]any{"tests": map[string]any{"node": "n1", "peer": "node-2"}}, "/tests/peer"},
+		{"extra arg overrides table", map[string]any{"extraArgs": []any{"--table=254"}}, "extraArgs: --table"},
+		{"extra arg overrides mark", map[string]any{"extraArgs": []any{"--mark=0xe00"}}, "extraArgs: --mark"},
+		{"extra arg overrides peers", map[string]any{"extraArgs": []any{"--prefix=10.0.0.0/16"}}, "extraArgs: --prefix"},
+		{"extra arg overrides metrics", map[string]any{"extraArgs": []any{"--metrics-addr=0.0.0.0:9184"}}, "extraArgs: --metrics-addr"},
+		{"extra arg bool flag", map[string]any{"extraArgs": []any{"--allow-shared"}}, "extraArgs: --allow-shared"},
+		{"extra arg events", map[string]any{"extraArgs": []any{"--events=false"}}, "extraArgs: --events"},
+		{"extra arg log format", map[string]any{"extraArgs": []any{"--log-format=xml"}}, "extraArgs: --log-format"},
 		{"pull policy", map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}}, "/image/pullPolicy"},
 		{"rule label not a string", map[string]any{"monitoring": map[string]any{"ruleLabels": map[string]any{"release": 1}}}, "/monitoring/ruleLabels/release"},
 		{"pod monitor label not a string", map[string]any{"monitoring": map[string]any{"podMonitorLabels": map[string]any{"release": 1}}}, "/monitoring/podMonitorLabels/release"},
@@ -487,6 +594,73 @@ func TestChartValues(t *testing.T) {
 				// uninstall would have to change.
 				testUninstallEnv(t, container(ds).Env)
 			}},
+		{"pod values", "podAnnotations: {example.com/owner: net}\npodLabels: {team: net}\naffinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/os, operator: In, values: [linux]}]}]}}}\n",
+			func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+				tpl := ds.Spec.Template
+				if diff := cmp.Diff(map[string]string{"example.com/owner": "net"}, tpl.Annotations); diff != "" {
+					t.Errorf("pod annotations (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(map[string]string{appLabel: name, "app.kubernetes.io/component": "agent", "team": "net"}, tpl.Labels); diff != "" {
+					t.Errorf("pod labels (-want +got):\n%s", diff)
+				}
+				if len(ds.Labels) != 2 || len(ds.Spec.Selector.MatchLabels) != 1 {
+					t.Errorf("DaemonSet labels %v, selector %v: podLabels are the pod's only", ds.Labels, ds.Spec.Selector.MatchLabels)
+				}
+				na := tpl.Spec.Affinity
+				if na == nil || na.NodeAffinity == nil || na.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key != "kubernetes.io/os" {
+					t.Errorf("affinity %+v, want the node affinity given", na)
+				}
+			}},
+		{"digest", "image: {digest: '" + testDigest + "', tag: v9.9.9}\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			if got, want := container(ds).Image, "ghcr.io/marksplit/marksplit:v9.9.9@"+testDigest; got != want {
+				t.Errorf("image %q, want %q (pulled by the digest; the tag says which release)", got, want)
+			}
+		}},
+		{"pace", "updateStrategy: {maxUnavailable: 50%}\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
+			if got := ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.String(); got != "50%" {
+				t.Errorf("maxUnavailable %s, want 50%%", got)
+			}
+		}},
+		{"no helm test without its values", "", func(t *testing.T, _ *appsv1.DaemonSet, objs []object) {
+			for _, o := range objs {
+				if isHook(o) {
+					t.Errorf("a hook rendered by default: %v", o["metadata"])
+				}
+			}
+		}},
+		{"helm test", "tests: {node: worker-1, peer: 10.0.0.9}\nprotocol: kernel\nimage: {digest: '" + testDigest + "'}\n", func(t *testing.T, ds *appsv1.DaemonSet, objs []object) {
+			pod := chartObject[corev1.Pod](t, objs, "Pod", namespace, "marksplit-test-verify")
+			if pod == nil {
+				t.Fatal("no test pod")
+			}
+			if pod.Annotations["helm.sh/hook"] != "test" || pod.Spec.NodeName != "worker-1" || !pod.Spec.HostNetwork ||
+				pod.Spec.ServiceAccountName != name || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+				t.Errorf("test pod %+v %+v: want a helm test hook on worker-1, hostNetwork, the agent's ServiceAccount, never restarted", pod.Annotations, pod.Spec)
+			}
+			tc := pod.Spec.Containers[0]
+			if tc.Image != container(ds).Image {
+				t.Errorf("test image %q, want the agent's %q", tc.Image, container(ds).Image)
+			}
+			// verify, the peer, and exactly the agent's policy flags.
+			var policy []string
+			for _, a := range container(ds).Args {
+				for _, f := range []string{"--tunnel-link=", "--mark=", "--table=", "--priority=", "--peers=", "--prefix=", "--underlay-link=", "--protocol="} {
+					if strings.HasPrefix(a, f) {
+						policy = append(policy, a)
+					}
+				}
+			}
+			want := append(append([]string{"verify", "--peer=10.0.0.9"}, policy...), "--metrics-addr=")
+			if diff := cmp.Diff(want, tc.Args); diff != "" {
+				t.Errorf("test args (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(container(ds).Env[:2], tc.Env); diff != "" {
+				t.Errorf("test env (-agent +test):\n%s", diff)
+			}
+			if diff := cmp.Diff(container(ds).SecurityContext, tc.SecurityContext); diff != "" {
+				t.Errorf("test securityContext (-agent +test):\n%s", diff)
+			}
+		}},
 		{"protocol number", "protocol: 77\n", func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
 			if got := args(t, ds)["protocol"]; !slices.Equal(got, []string{"77"}) {
 				t.Errorf("--protocol = %q, want 77", got)
@@ -867,5 +1041,38 @@ func TestChartDocs(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("no --set found in the docs: the pattern is wrong")
+	}
+}
+
+// TestChartValueFlagsCovered: every flag a value of the chart renders is
+// one extraArgs may not set (marksplit.valueFlags), whatever values render
+// it; otherwise an extraArg would override a checked value (issue 31).
+func TestChartValueFlagsCovered(t *testing.T) {
+	flags := map[string]bool{}
+	for _, vals := range []string{
+		"",
+		"peers: {auto: false, prefixes: [10.0.0.0/16], underlayLink: enp7s0}\nprotocol: kernel\nallowShared: true\n",
+		"metrics: {tls: {secretName: tls}}\nevents: {enabled: false}\nnodeCondition: {enabled: true}\n",
+	} {
+		ds, _ := chartDaemonSet(t, vals)
+		for _, a := range ds.Spec.Template.Spec.Containers[0].Args[1:] {
+			f, _, _ := strings.Cut(a, "=")
+			flags[f] = true
+		}
+	}
+	if len(flags) < 18 {
+		t.Errorf("the renders give %d flags, want every value's: %v", len(flags), flags)
+	}
+	for f := range flags {
+		t.Run(f, func(t *testing.T) {
+			_, err := renderChart(t, map[string]any{"extraArgs": []any{f + "=x"}})
+			if err == nil || !strings.Contains(err.Error(), "extraArgs: "+f+" is set by a value") {
+				t.Errorf("extraArgs [%s=x]: %v, want it refused as a value's flag", f, err)
+			}
+		})
+	}
+	// A flag no value sets still passes.
+	if _, err := renderChart(t, map[string]any{"extraArgs": []any{"--node-name=n1"}}); err != nil {
+		t.Errorf("extraArgs [--node-name=n1]: %v", err)
 	}
 }

@@ -366,3 +366,24 @@ func TestDashboardPromtool(t *testing.T) {
 		t.Errorf("promtool check rules said %q, want %q", out, want)
 	}
 }
+
+// TestDashboardRepairsCountAll: a panel about repairs counts every kind of
+// marksplit_changes_total. A rule or a table route the agent puts back is a
+// rule-add or a route-replace (no label tells it from an install); a panel
+// of kind="route-repair" alone missed them (issue 30: five rules and a
+// table-900 route put back did not move it).
+func TestDashboardRepairsCountAll(t *testing.T) {
+	n := 0
+	for _, q := range loadDashboard(t).queries() {
+		if !strings.Contains(strings.ToLower(q.where), "repair") {
+			continue
+		}
+		n++
+		if !strings.Contains(q.expr, "marksplit_changes_total") || strings.Contains(q.expr, "kind=") || strings.Contains(q.expr, "kind =") {
+			t.Errorf("%s: %s: want marksplit_changes_total with no kind selector", q.where, q.expr)
+		}
+	}
+	if n == 0 {
+		t.Error("no panel about repairs")
+	}
+}

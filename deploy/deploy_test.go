@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -46,7 +47,7 @@ const (
 func strictDecoder() runtime.Decoder {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
-		corev1.AddToScheme, appsv1.AddToScheme, rbacv1.AddToScheme,
+		corev1.AddToScheme, appsv1.AddToScheme, rbacv1.AddToScheme, admissionv1.AddToScheme,
 	} {
 		if err := add(scheme); err != nil {
 			panic(err) // static registrations; cannot fail
@@ -409,7 +410,7 @@ var agentFlags = map[string]bool{
 	"peers": true, "prefix": true, "underlay-link": true, "encryption": true, "node-name": true,
 	"protocol": true, "metrics-addr": true, "log-format": true, "allow-shared": true,
 	"secure-metrics-addr": true, "tls-cert-file": true, "tls-key-file": true,
-	"uninstall-configmap": true, "events": true,
+	"uninstall-configmap": true, "events": true, "node-condition": true,
 }
 
 // parseArgs checks the container's args — a subcommand, then --flag=value —
@@ -493,15 +494,17 @@ func TestDaemonSet(t *testing.T) {
 	})
 
 	t.Run("rolling update", func(t *testing.T) {
-		one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
+		// The pace is kustomization.yaml's patch: 10% of the nodes at
+		// once, never two agents on one node.
+		pace, zero := intstr.FromString("10%"), intstr.FromInt32(0)
 		want := appsv1.DaemonSetUpdateStrategy{
 			Type: appsv1.RollingUpdateDaemonSetStrategyType,
 			RollingUpdate: &appsv1.RollingUpdateDaemonSet{
-				MaxUnavailable: &one,
+				MaxUnavailable: &pace,
 				MaxSurge:       &zero,
 			},
 		}
-		if diff := cmp.Diff(want, ds.Spec.UpdateStrategy); diff != "" {
+		if diff := cmp.Diff(want, kustomizedDaemonSet(t, kustomizeOpts{}).Spec.UpdateStrategy); diff != "" {
 			t.Errorf("updateStrategy (-want +got):\n%s", diff)
 		}
 		if ds.Spec.MinReadySeconds <= 0 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	monv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -48,7 +49,7 @@ var wantAlerts = []string{
 func monitoringDecoder() runtime.Decoder {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
-		corev1.AddToScheme, appsv1.AddToScheme, rbacv1.AddToScheme, monv1.AddToScheme,
+		corev1.AddToScheme, appsv1.AddToScheme, rbacv1.AddToScheme, monv1.AddToScheme, admissionv1.AddToScheme,
 	} {
 		if err := add(scheme); err != nil {
 			panic(err) // static registrations; cannot fail

@@ -27,7 +27,8 @@
 //
 // # Debugging
 //
-//	kubectl get events -n default --field-selector regarding.name=NODE
+//	kubectl events -n default --for node/NODE
+//	kubectl get events -n default --field-selector involvedObject.name=NODE
 //	kubectl describe node NODE
 //
 // Stats counts what was written, failed, refused and dropped.

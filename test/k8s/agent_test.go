@@ -61,18 +61,24 @@ func (c *cluster) startAgent(t *testing.T, n *node, name string) *agent {
 // caller says how the agent is to end.
 func (c *cluster) launch(t *testing.T, n *node, name string, args []string, env ...string) *agent {
 	t.Helper()
+	token, err := c.token(ctxFor(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.launchToken(t, n, name, token, args, env...)
+}
+
+// launchToken is launch with the given service-account token (one bound to
+// a Pod, as the kubelet mounts).
+func (c *cluster) launchToken(t *testing.T, n *node, name, token string, args []string, env ...string) *agent {
+	t.Helper()
 	bin := needAgent(t)
-	ctx := ctxFor(t, 30*time.Second)
 	dir := filepath.Join(c.dir, fmt.Sprintf("%s-%d", name, c.next()))
 	sa, err := newPodDir(filepath.Join(dir, "serviceaccount"), c.caFile(), c.sa.Metadata.Namespace)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	token, err := c.token(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := sa.write(token); err != nil {
 		t.Fatal(err)
 	}

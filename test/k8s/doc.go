@@ -1,9 +1,11 @@
 // Package k8s tests the marksplit agent against a real Kubernetes API server.
 //
 // It holds tests, and package depbuild (with ./cmd/k8sdeps) that builds what
-// they run: etcd from ./etcd and kube-apiserver from ./kube-apiserver, each a
-// throwaway module of its own that pins the upstream module (go.etcd.io/etcd
-// v3.7.3, k8s.io/kubernetes v1.37.2), so the library's go.mod stays small. Each
+// they run: etcd from ./etcd, kube-apiserver from ./kube-apiserver and the
+// helm client from ./helm (for docs_test.go, which runs every command block
+// of docs/operations.md), each a throwaway module of its own that pins the
+// upstream module (go.etcd.io/etcd v3.7.3, k8s.io/kubernetes v1.37.2,
+// helm.sh/helm/v4 v4.3.2), so the library's go.mod stays small. Each
 // is built once per version and go.sum into
 // ${MARKSPLIT_CACHE:-/var/cache/marksplit}. The tests start etcd and the API server in
 // a private network namespace, installs the CiliumNode CRD and

@@ -195,6 +195,14 @@ func collectionPath(o object) (string, error) {
 		return "/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns + "/rolebindings", nil
 	case "apps/v1 DaemonSet":
 		return "/apis/apps/v1/namespaces/" + ns + "/daemonsets", nil
+	case "v1 Pod":
+		return "/api/v1/namespaces/" + ns + "/pods", nil
+	case "v1 Node":
+		return "/api/v1/nodes", nil
+	case "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy":
+		return "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", nil
+	case "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding":
+		return "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", nil
 	}
 	return "", fmt.Errorf("%s %s/%s: kind not supported by the harness", o.APIVersion, o.Kind, o.Metadata.Name)
 }

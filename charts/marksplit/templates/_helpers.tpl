@@ -119,9 +119,26 @@ deploy/daemonset.yaml's order.
 - --events=false
 {{- end }}
 - {{ printf "--log-format=%s" .Values.logFormat | toJson }}
+{{- if .Values.nodeCondition.enabled }}
+- --node-condition=MarkSplitReady
+{{- end }}
 {{- range .Values.extraArgs }}
+{{- $flag := regexReplaceAll "=.*$" . "" }}
+{{- if has $flag (include "marksplit.valueFlags" $ | splitList " ") }}
+{{- fail (printf "extraArgs: %s is set by a value of the chart (values.yaml), where it is checked; the agent takes the last of a flag given twice, so extraArgs may not set it: use the value instead" $flag) }}
+{{- end }}
 - {{ toJson . }}
 {{- end }}
+{{- end }}
+
+{{/*
+marksplit.valueFlags are the agent's flags that a value of the chart sets
+and checks: extraArgs may not set them (the agent takes the last of a flag
+given twice, so one there would get past the checks). deploy/chart_test.go
+holds this list to every flag the chart renders.
+*/}}
+{{- define "marksplit.valueFlags" -}}
+--tunnel-link --mark --table --priority --allow-shared --peers --prefix --underlay-link --protocol --encryption --uninstall-configmap --metrics-addr --secure-metrics-addr --tls-cert-file --tls-key-file --events --log-format --node-condition
 {{- end }}
 
 {{/*
@@ -153,4 +170,27 @@ httpGet:
   {{- end }}
   port: {{ regexFind "[0-9]+$" $addr | int }}
   path: {{ .path }}
+{{- end }}
+
+{{/*
+marksplit.image is the agent's image: repository:tag, the tag defaulting to
+the chart's appVersion, and @digest after it when image.digest is set (as
+kustomize writes an images entry with newTag and digest): the runtime pulls
+by the digest, and the tag only says which release it is.
+*/}}
+{{- define "marksplit.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- with .Values.image.digest }}@{{ . }}{{ end }}
+{{- end }}
+
+{{/*
+marksplit.policyArgs are the args of marksplit.args that say the policy
+(what `marksplit verify` and `cleanup` take), without run and the listeners.
+*/}}
+{{- define "marksplit.policyArgs" -}}
+{{- range (include "marksplit.args" . | fromYamlArray) }}
+{{- if regexMatch "^--(tunnel-link|mark|table|priority|allow-shared|peers|prefix|underlay-link|protocol)=" . }}
+- {{ toJson . }}
+{{- end }}
+{{- end }}
 {{- end }}

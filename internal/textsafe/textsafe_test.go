@@ -1,8 +1,8 @@
-package main
+package textsafe
 
 import "testing"
 
-func TestTerminalSafe(t *testing.T) {
+func TestTerminal(t *testing.T) {
 	for in, want := range map[string]string{
 		"table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 mtu 1355": "table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 mtu 1355",
 		"dev \x1b[31menp\x07": `dev \x1b[31menp\a`,
@@ -15,8 +15,8 @@ func TestTerminalSafe(t *testing.T) {
 		"wlan-ü 网络":           "wlan-ü 网络",
 		"":                    "",
 	} {
-		if got := terminalSafe(in); got != want {
-			t.Errorf("terminalSafe(%q) = %q, want %q", in, got, want)
+		if got := Terminal(in); got != want {
+			t.Errorf("Terminal(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

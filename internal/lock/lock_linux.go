@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package lock
 
 import (
 	"bufio"
@@ -20,29 +20,8 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/internal/textsafe"
 )
-
-// One agent per table and per priority in a network namespace.
-//
-// Each agent (and each once or cleanup) binds an abstract unix socket of
-// its own, "@marksplit/agent/table=T/priority=P/NONCE", with a random
-// NONCE, and then lists the namespace's listening unix sockets
-// (NETLINK_SOCK_DIAG, which names each socket's owner): another one under
-// "@marksplit/" with the same table or the same priority, whose owner is
-// root or our own user, holds them. Abstract sockets belong to the network
-// namespace, which is exactly the lock's scope, and the kernel releases
-// one when its holder dies, so a crash leaves no stale lock; no file is
-// needed (the DaemonSet's root filesystem is read-only).
-//
-// Anyone may bind any abstract name, so a name alone proves nothing: a
-// socket an unprivileged user owns is ignored (a warning names it), and
-// the random NONCE means no one can bind an agent's name before it. Of two
-// privileged claimants the one that bound first keeps the lock: each
-// answers a connection with the CLOCK_MONOTONIC time it took after
-// binding, and a claimant that finds an earlier holder gives up. Two
-// agents starting at once may thus both see the other; the later one
-// yields, whichever order their scans ran in.
 
 // lockPrefix begins the name of every lock socket; legacyTablePrefix is
 // the lock of versions that locked the table alone
@@ -55,30 +34,53 @@ const (
 	lockTimeout       = time.Second
 )
 
-// heldError is the error of a claim that another agent holds.
-type heldError struct{ msg string }
+// HeldError is the error of a claim that another agent holds: one line that
+// names the holder and what it keeps.
+type HeldError struct{ msg string }
 
-func (e *heldError) Error() string { return e.msg }
+func (e *HeldError) Error() string { return e.msg }
 
-// agentLock is a claim on a table and a priority.
-type agentLock struct {
+// Lock is a claim on a table and a priority.
+type Lock struct {
 	ln   *net.UnixListener
 	done chan struct{}
-	// ignored names the lock sockets of unprivileged users that were
-	// passed over, for a warning.
-	ignored []string
+	// ignored names the first maxNamed lock sockets of unprivileged users
+	// that were passed over, for a warning; ignoredN counts them all.
+	ignored  []string
+	ignoredN int
 }
 
-// release gives the lock up and waits for its goroutine.
-func (l *agentLock) release() {
+// ignore notes a lock socket of an unprivileged user, passed over.
+func (l *Lock) ignore(name string, uid uint32) {
+	if l.ignoredN++; len(l.ignored) < maxNamed {
+		l.ignored = append(l.ignored, fmt.Sprintf("%q (uid %d)", name, uid))
+	}
+}
+
+// Release gives the lock up and waits for its goroutine; it is safe twice.
+func (l *Lock) Release() {
 	l.ln.Close()
 	<-l.done
 }
 
-// lockAgent claims table t and priority p in the network namespace the
-// process runs in, for as long as the process lives or until release. A
-// claim another agent holds fails with a *heldError naming it.
-func lockAgent(t netwatch.Table, p uint32) (*agentLock, error) {
+// Warning is the line to log when the claim passed over lock sockets that
+// unprivileged users hold (someone tried to keep the agent from starting),
+// or "" when it passed over none.
+func (l *Lock) Warning() string {
+	if len(l.ignored) == 0 {
+		return ""
+	}
+	more := ""
+	if n := l.ignoredN - len(l.ignored); n > 0 {
+		more = fmt.Sprintf(" and %d more", n)
+	}
+	return "ignored lock sockets held by unprivileged users (only a marksplit run by root, or by this user, keeps a table or a priority): " + strings.Join(l.ignored, ", ") + more
+}
+
+// Claim claims table t and priority p in the network namespace the
+// process runs in, for as long as the process lives or until Release. A
+// claim another agent holds fails with a *HeldError naming it.
+func Claim(t, p uint32) (*Lock, error) {
 	var nonce [8]byte
 	rand.Read(nonce[:])
 	name := fmt.Sprintf("%stable=%d/priority=%d/%s", agentLockPrefix, uint64(t), uint64(p), hex.EncodeToString(nonce[:]))
@@ -87,11 +89,11 @@ func lockAgent(t netwatch.Table, p uint32) (*agentLock, error) {
 		return nil, fmt.Errorf("claim table %d and priority %d in this network namespace: %w", uint64(t), uint64(p), err)
 	}
 	since := monotonicNow()
-	l := &agentLock{ln: ln, done: make(chan struct{})}
+	l := &Lock{ln: ln, done: make(chan struct{})}
 	go l.serve(since)
 	socks, err := listLockSockets()
 	if err != nil {
-		l.release()
+		l.Release()
 		return nil, fmt.Errorf("claim table %d and priority %d in this network namespace: %w", uint64(t), uint64(p), err)
 	}
 	me := uint32(os.Geteuid())
@@ -104,7 +106,7 @@ func lockAgent(t netwatch.Table, p uint32) (*agentLock, error) {
 			continue
 		}
 		if s.uidKnown && s.uid != 0 && s.uid != me {
-			l.ignored = append(l.ignored, fmt.Sprintf("%q (uid %d)", s.name, s.uid))
+			l.ignore(s.name, s.uid)
 			continue
 		}
 		h, alive := askHolder(s.name)
@@ -112,19 +114,19 @@ func lockAgent(t netwatch.Table, p uint32) (*agentLock, error) {
 		case !alive:
 			continue // gone since the list
 		case h.uidKnown && h.uid != 0 && h.uid != me:
-			l.ignored = append(l.ignored, fmt.Sprintf("%q (uid %d)", s.name, h.uid))
+			l.ignore(s.name, h.uid)
 			continue
 		case h.marksplit && (h.since > since || h.since == since && s.name > name):
 			continue // it came after us, and yields
 		}
-		l.release()
-		return nil, &heldError{heldMessage(t, p, table, prio, hasPrio, h)}
+		l.Release()
+		return nil, &HeldError{heldMessage(t, p, table, prio, hasPrio, h)}
 	}
 	return l, nil
 }
 
 // serve answers each connection with the time the lock was taken.
-func (l *agentLock) serve(since int64) {
+func (l *Lock) serve(since int64) {
 	defer close(l.done)
 	for {
 		c, err := l.ln.Accept()
@@ -170,6 +172,8 @@ type lockHolder struct {
 	uidKnown  bool
 	comm      string
 	marksplit bool  // it answered as a marksplit does
+	silent    bool  // it said nothing within lockTimeout
+	stopped   bool  // silent, and its process is stopped (SIGSTOP) or traced
 	since     int64 // when it took the lock (a legacy holder: 0)
 	err       error // why it is not known
 }
@@ -198,7 +202,7 @@ func askHolder(name string) (h lockHolder, alive bool) {
 	}
 	if h.pid != 0 {
 		if comm, err := os.ReadFile("/proc/" + strconv.Itoa(int(h.pid)) + "/comm"); err == nil {
-			h.comm = terminalSafe(strings.TrimSuffix(string(comm), "\n"))
+			h.comm = textsafe.Terminal(strings.TrimSuffix(string(comm), "\n"))
 		}
 	}
 	c.SetReadDeadline(time.Now().Add(lockTimeout))
@@ -207,8 +211,12 @@ func askHolder(name string) (h lockHolder, alive bool) {
 	case strings.HasPrefix(line, lockGreeting):
 		h.since, err = strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(line, lockGreeting)), 10, 64)
 		h.marksplit = err == nil
-	case line != "" || errors.Is(err, os.ErrDeadlineExceeded):
-		// Not a marksplit: it says something else, or nothing at all.
+	case line == "" && errors.Is(err, os.ErrDeadlineExceeded):
+		// Nothing at all: stopped, hung, or not a marksplit.
+		h.silent = true
+		h.stopped = h.pid != 0 && stopped(h.pid)
+	case line != "":
+		// Not a marksplit: it says something else.
 	case strings.HasPrefix(name, legacyTablePrefix):
 		// An earlier version closes at once without a word.
 		h.marksplit = true
@@ -220,8 +228,22 @@ func askHolder(name string) (h lockHolder, alive bool) {
 	return h, true
 }
 
+// stopped reports whether process pid is stopped or traced: the state in
+// /proc/PID/stat, after the command's closing parenthesis.
+func stopped(pid int32) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] == 'T' || b[i+2] == 't'
+}
+
 // heldMessage is the one line that says which process holds what.
-func heldMessage(t netwatch.Table, p uint32, table, prio uint64, hasPrio bool, h lockHolder) string {
+func heldMessage(t, p uint32, table, prio uint64, hasPrio bool, h lockHolder) string {
 	var what string
 	switch {
 	case table == uint64(t) && hasPrio && prio == uint64(p):
@@ -233,8 +255,17 @@ func heldMessage(t netwatch.Table, p uint32, table, prio uint64, hasPrio bool, h
 	default:
 		what = fmt.Sprintf("priority %d in this network namespace is kept (with table %d) by", uint64(p), table)
 	}
-	who := "another marksplit"
-	if !h.marksplit {
+	var who string
+	switch {
+	case h.marksplit:
+		who = "another marksplit"
+	case h.stopped && h.comm == "marksplit":
+		who = "another marksplit, stopped"
+	case h.stopped:
+		who = "a stopped privileged process"
+	case h.silent:
+		who = "a privileged process that does not answer as a marksplit does"
+	default:
 		who = "a privileged process that is not a marksplit"
 	}
 	var id string
@@ -344,3 +375,6 @@ func procLockSockets() ([]lockSocket, error) {
 	}
 	return socks, nil
 }
+
+// maxNamed is how many ignored sockets Warning names; it counts the others.
+const maxNamed = 3

@@ -1,4 +1,6 @@
-package main
+// Package textsafe escapes what a terminal would act on in text that others
+// name: a link's or a process's name, a socket's path.
+package textsafe
 
 import (
 	"fmt"
@@ -8,14 +10,14 @@ import (
 	"unicode/utf8"
 )
 
-// terminalSafe returns s with every character a terminal would act on
+// Terminal returns s with every character a terminal would act on
 // written as a Go escape: C0 and C1 controls (ESC as \x1b, BEL as \a),
 // DEL, other non-printable runes (\u200b), and bytes that are not UTF-8
 // (\xff); a backslash is doubled, so that the escapes are unambiguous.
 // A link or process name the kernel accepts can thus not move the
 // cursor, ring the bell or retitle the window of whoever reads the output;
 // ordinary text comes back unchanged.
-func terminalSafe(s string) string {
+func Terminal(s string) string {
 	if !strings.ContainsFunc(s, func(r rune) bool { return r == '\\' || r == utf8.RuneError || !unicode.IsPrint(r) }) {
 		return s
 	}
