@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/marksplit/marksplit/internal/ciliumnode"
+	"github.com/marksplit/marksplit/internal/lock"
+	"github.com/marksplit/marksplit/internal/metricsserver"
+	"github.com/marksplit/marksplit/internal/textsafe"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
@@ -49,6 +52,9 @@ func newLogger(w io.Writer, format string) *slog.Logger {
 // execute runs the parsed command and returns the exit code.
 func execute(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, o.logFormat)
+	if soft := setMemoryLimit(); soft > 0 {
+		log.Debug("memory: Go's soft limit set from the memory cgroup's", "bytes", soft)
+	}
 	var err error
 	switch o.cmd {
 	case cmdRun:
@@ -142,12 +148,14 @@ func newWatcher(o options, log *slog.Logger) *netwatch.Watcher {
 
 // runAgent is `marksplit run`.
 func runAgent(ctx context.Context, o options, log *slog.Logger) error {
-	lock, err := lockAgent(o.policy.Table, o.policy.Priority)
+	lk, err := lock.Claim(uint32(o.policy.Table), o.policy.Priority)
 	if err != nil {
 		return err
 	}
-	defer lock.release()
-	warnIgnoredLocks(lock, log)
+	defer lk.Release()
+	if w := lk.Warning(); w != "" {
+		log.Warn(w)
+	}
 	srcs, err := newSources(o, log)
 	if err != nil {
 		return err
@@ -235,10 +243,12 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 			}
 			return nil
 		}
-		g.Go(func() { serveHTTP(ctx, ln, defaultHTTPLimits(), met, healthy, ready, log) })
+		g.Go(func() {
+			metricsserver.Serve(ctx, ln, metricsserver.DefaultLimits(), metricsserver.Probes(met.handler(log), healthy, ready), nil, log)
+		})
 	}
 	if sec.ln != nil {
-		g.Go(func() { serveSecure(ctx, sec.ln, defaultHTTPLimits(), met, sec.authz, sec.tls, log) })
+		g.Go(func() { serveSecure(ctx, sec, met, log) })
 	}
 	l.r.Run(ctx)
 	cancel()
@@ -299,12 +309,14 @@ func (s *oneShot) stop() {
 // runOnce is `marksplit once` and `marksplit cleanup`: passes until one
 // finds nothing to do, each change printed.
 func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog.Logger) error {
-	lock, err := lockAgent(o.policy.Table, o.policy.Priority)
-	var held *heldError
+	lk, err := lock.Claim(uint32(o.policy.Table), o.policy.Priority)
+	var held *lock.HeldError
 	switch {
 	case err == nil:
-		defer lock.release()
-		warnIgnoredLocks(lock, log)
+		defer lk.Release()
+		if w := lk.Warning(); w != "" {
+			log.Warn(w)
+		}
 	case o.cmd == cmdCleanup && errors.As(err, &held):
 		return cleanupBesideAgent(ctx, o, stderr, held, log)
 	default:
@@ -315,7 +327,7 @@ func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog
 		return err
 	}
 	defer ap.Close()
-	s, err := startOneShot(ctx, o, ap, func(line string) { fmt.Fprintln(stdout, terminalSafe(line)) }, log)
+	s, err := startOneShot(ctx, o, ap, func(line string) { fmt.Fprintln(stdout, textsafe.Terminal(line)) }, log)
 	if err != nil {
 		return err
 	}
@@ -330,7 +342,7 @@ func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog
 // back at once (and take the cleanup for a fight). It changes nothing and
 // succeeds when the agent has already removed everything (the uninstall
 // switch is on, or it runs with --encryption=off), and is refused otherwise.
-func cleanupBesideAgent(ctx context.Context, o options, stderr io.Writer, held *heldError, log *slog.Logger) error {
+func cleanupBesideAgent(ctx context.Context, o options, stderr io.Writer, held *lock.HeldError, log *slog.Logger) error {
 	s, err := startOneShot(ctx, o, nil, func(string) {}, log)
 	if err != nil {
 		return err
@@ -388,17 +400,9 @@ func runPlan(ctx context.Context, o options, stdout io.Writer, log *slog.Logger)
 		return err
 	}
 	for i, op := range ops {
-		fmt.Fprintf(stdout, "%-13s %s\n", opKindLabel(op), terminalSafe(lines[i]))
+		fmt.Fprintf(stdout, "%-13s %s\n", opKindLabel(op), textsafe.Terminal(lines[i]))
 	}
 	return nil
-}
-
-// warnIgnoredLocks warns of the lock sockets of unprivileged users the
-// claim passed over: someone tried to keep the agent from starting.
-func warnIgnoredLocks(l *agentLock, log *slog.Logger) {
-	if len(l.ignored) > 0 {
-		log.Warn("ignored lock sockets held by unprivileged users (only a marksplit run by root, or by this user, keeps a table or a priority): " + strings.Join(l.ignored, ", "))
-	}
 }
 
 // errNoPlan is the error of plan when the policy cannot tell.
@@ -448,8 +452,8 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 			lines[i] = fmt.Sprintf("%v %s table %v mtu %d%s", o.peer, hop, rt.Table, mtus[i], src)
 		}
 	})
-	fmt.Fprintf(stdout, "unmarked:  %s\n", terminalSafe(lines[0]))
-	fmt.Fprintf(stdout, "mark %v: %s\n", o.policy.Mark, terminalSafe(lines[1]))
+	fmt.Fprintf(stdout, "unmarked:  %s\n", textsafe.Terminal(lines[0]))
+	fmt.Fprintf(stdout, "mark %v: %s\n", o.policy.Mark, textsafe.Terminal(lines[1]))
 	if ps := s.l.peers.Load(); o.policy.Peers && ps != nil && !ps.has(o.peer) {
 		return verifyNotPeer(stdout, o, unmarked)
 	}
@@ -469,11 +473,11 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 		problems = append(problems, fmt.Sprintf("marked traffic uses table %v too", marked.Table))
 	}
 	if len(problems) > 0 {
-		fmt.Fprintf(stdout, "FAIL: %s\n", terminalSafe(strings.Join(problems, "; ")))
+		fmt.Fprintf(stdout, "FAIL: %s\n", textsafe.Terminal(strings.Join(problems, "; ")))
 		return errVerify
 	}
 	fmt.Fprintf(stdout, "ok: unmarked traffic to %v uses table %v at %s's MTU %d; marked traffic does not use table %v (MTU %d)\n",
-		o.peer, o.policy.Table, terminalSafe(tun.Name), tun.MTU, o.policy.Table, mtus[1])
+		o.peer, o.policy.Table, textsafe.Terminal(tun.Name), tun.MTU, o.policy.Table, mtus[1])
 	return nil
 }
 

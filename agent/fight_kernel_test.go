@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,12 +104,17 @@ func TestKernelFightNamesProgram(t *testing.T) {
 		return fmt.Errorf("no warning yet")
 	})
 	// The fight goes on after the warning: 20 more repairs, with no
-	// second warning expected for them (checked below).
+	// second warning expected for them (checked below). While it lasts
+	// they are summed up in a line every few seconds.
+	summed := regexp.MustCompile(`^fight: \d+ repairs in \S+ of 1 objects undone again \(rule-add (\d+)\)`)
 	repairs := func() int {
 		n := 0
 		for _, m := range a.messages(t) {
 			if m == "rule 900: not fwmark 0xe00/0xf00 lookup 900" {
 				n++
+			} else if sm := summed.FindStringSubmatch(m); sm != nil {
+				k, _ := strconv.Atoi(sm[1])
+				n += k
 			}
 		}
 		return n
@@ -126,7 +132,7 @@ func TestKernelFightNamesProgram(t *testing.T) {
 		fmt.Sprint(pid) + `\]; repairing at most every 100ms$`)
 	var warnings []string
 	for _, m := range a.messages(t) {
-		if strings.HasPrefix(m, "fight: ") {
+		if strings.HasPrefix(m, "fight: ") && !summed.MatchString(m) {
 			warnings = append(warnings, m)
 			if !warn.MatchString(m) {
 				t.Errorf("warning %q does not match %v", m, warn)
@@ -162,5 +168,65 @@ func TestKernelMetricsAddressLogged(t *testing.T) {
 			t.Errorf("--metrics-addr=%s: warned %v, want %v:\n%s", tc.addr, warned, tc.warn, out)
 		}
 		a.stop(t, syscall.SIGTERM)
+	}
+}
+
+// Another program flushes the agent's table of 22 routes as fast as it can:
+// one fight warning, then one summary line with counts every few seconds,
+// not one line per repaired route (issue 31: 13,435 lines in 60 s); once
+// it stops, every route is back.
+func TestKernelFlushFightSummarised(t *testing.T) {
+	s := newSeed(t, true)
+	a := s.start(t, append(seedArgs, "--metrics-addr=")...)
+	eventually(t, 5*time.Second, "split", func() error { return s.splitAt(t, 1355) })
+	for i := 1; i <= 20; i++ { // with the seed's gateway and /16: 22
+		s.ns.IP(t, "route", "add", fmt.Sprintf("10.0.%d.0/24", i), "via", "10.0.0.1", "dev", "enp7s0", "proto", "dhcp")
+	}
+	routes := func() int {
+		return strings.Count(s.ns.IP(t, "route", "show", "table", "900"), "\n")
+	}
+	eventually(t, 5*time.Second, "22 routes in table 900", func() error {
+		if n := routes(); n != 22 {
+			return fmt.Errorf("%d routes", n)
+		}
+		return nil
+	})
+	h := s.ns.StartFighter(t, "route flush table 900")
+	summary := regexp.MustCompile(`^fight: \d+ repairs in \S+ of \d+ objects undone again \(route-replace \d+\); each one's line is left out while the fight lasts$`)
+	eventually(t, 20*time.Second, "a summary of the repairs", func() error {
+		for _, m := range a.messages(t) {
+			if summary.MatchString(m) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no summary line yet")
+	})
+	h.Stop()
+	eventually(t, 5*time.Second, "22 routes back in table 900", func() error {
+		if n := routes(); n != 22 {
+			return fmt.Errorf("%d routes", n)
+		}
+		return nil
+	})
+	var warned bool
+	var perRoute, summaries int
+	for _, m := range a.messages(t) {
+		switch {
+		case strings.HasPrefix(m, "fight: table 900"):
+			warned = true
+		case warned && strings.HasPrefix(m, "table 900: "):
+			perRoute++
+		case summary.MatchString(m):
+			summaries++
+		}
+	}
+	t.Logf("after the fight warning: %d per-route lines, %d summaries", perRoute, summaries)
+	for _, m := range a.messages(t) {
+		if strings.HasPrefix(m, "fight") {
+			t.Log(m)
+		}
+	}
+	if !warned || perRoute > 2*22 {
+		t.Errorf("fight warning %v, %d per-route lines after it; want a warning, then summaries instead of per-route lines", warned, perRoute)
 	}
 }

@@ -155,6 +155,9 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 	if (o.tlsCertFile == "") != (o.tlsKeyFile == "") {
 		return o, usageErrorf("--tls-cert-file and --tls-key-file go together (or neither: a self-signed certificate)")
 	}
+	if o.tlsCertFile != "" && o.secureMetricsAddr == "" {
+		return o, usageErrorf("--tls-cert-file and --tls-key-file are the certificate of --secure-metrics-addr: give it too (or neither)")
+	}
 	if o.nodeName != "" && !(len(o.nodeName) <= 253 && nodeNameRE.MatchString(o.nodeName)) {
 		return o, usageErrorf("--node-name %q: not a Kubernetes node name (lowercase letters, digits, '-' and '.', at most 253)", o.nodeName)
 	}

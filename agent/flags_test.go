@@ -157,6 +157,8 @@ func TestBadFlagsExit2(t *testing.T) {
 		{[]string{"verify", "--prefix=10.0.0.0/16", "--peer=10.0.0.9", "--metrics-addr=127.0.0.1:99999"}, `port "99999" is not a number from 0 to 65535`},
 		{[]string{"--prefix=10.0.0.0/16", "--encryption=on", "--secure-metrics-addr=9185"}, `--secure-metrics-addr "9185": want HOST:PORT`},
 		{[]string{"--prefix=10.0.0.0/16", "--encryption=on", "--secure-metrics-addr=:9185", "--tls-cert-file=/c"}, "--tls-cert-file and --tls-key-file go together"},
+		{[]string{"--prefix=10.0.0.0/16", "--encryption=on", "--tls-cert-file=/c", "--tls-key-file=/k"}, "--tls-cert-file and --tls-key-file are the certificate of --secure-metrics-addr: give it too (or neither)"},
+		{[]string{"--prefix=10.0.0.0/16", "--encryption=on", "--secure-metrics-addr=", "--tls-cert-file=/c", "--tls-key-file=/k"}, "are the certificate of --secure-metrics-addr"},
 		{[]string{"--prefix=10.0.0.0/16", "--node-name=Node_1"}, `--node-name "Node_1": not a Kubernetes node name`},
 		{[]string{"--prefix=10.0.0.0/16", "--table=main"}, `invalid value "main" for flag -table`},
 		{[]string{"--prefix=10.0.0.0/16", "--encryption=yes"}, `invalid value "yes" for flag -encryption: want on, off, auto`},

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/marksplit/marksplit/internal/kerneltest"
 	"io"
 	"net"
 	"net/http"
@@ -44,9 +45,6 @@ func TestMain(m *testing.M) {
 	if names := os.Getenv(squatEnv); names != "" {
 		os.Exit(squat(names))
 	}
-	if idle := os.Getenv(metricsChildEnv); idle != "" {
-		os.Exit(metricsChild(idle))
-	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
@@ -54,9 +52,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// agentBinary builds the agent once per test binary.
+// agentBinary builds the agent once per test binary, or returns the one
+// MARKSPLIT_AGENT names (`make test-kernels` builds it on the host: a
+// build inside its emulated guests would take minutes).
 func agentBinary(t testing.TB) string {
 	t.Helper()
+	if bin := os.Getenv("MARKSPLIT_AGENT"); bin != "" {
+		return bin
+	}
 	buildOnce.Do(func() {
 		if binDir, buildErr = os.MkdirTemp("", "marksplit-agent-test-"); buildErr != nil {
 			return
@@ -85,7 +88,7 @@ type seed struct {
 
 func newSeed(t testing.TB, lowered bool) *seed {
 	t.Helper()
-	s := &seed{ns: netwatchtest.NewNetNS(t), gw: netwatchtest.NewNetNS(t)}
+	s := &seed{ns: kerneltest.NewNetNS(t), gw: kerneltest.NewNetNS(t)}
 	s.ns.LoUp(t)
 	s.gw.LoUp(t)
 	s.ns.AddVeth(t, "enp7s0", s.gw, "gw0")

@@ -36,6 +36,8 @@ type loop struct {
 	ev *nodeEvents
 	// emit receives each change's line: the log in run, stdout in once.
 	emit func(line string)
+	// repairs sums up the repairs of a fight before they reach emit.
+	repairs *repairLog
 	// onPass, when set, is told of every pass (for tests).
 	onPass func(reconcile.Pass)
 	log    *slog.Logger
@@ -45,7 +47,7 @@ type loop struct {
 // owned scope, whatever the mode, so that every owned route and rule goes
 // and nothing else is touched (no repairs either).
 func newLoop(w *netwatch.Watcher, ap *netwatch.Applier, cfg mtupolicy.Config, cleanup bool, log *slog.Logger, emit func(string), met *metrics) *loop {
-	l := &loop{cfg: cfg, met: met, emit: emit, log: log}
+	l := &loop{cfg: cfg, met: met, emit: emit, repairs: newRepairLog(emit), log: log}
 	policy := l.policy
 	if cleanup {
 		policy = l.cleanup
@@ -103,16 +105,18 @@ func (l *loop) cleanup(v netwatch.View) (reconcile.Desired, bool) {
 
 func (l *loop) fight(f reconcile.Fight) {
 	l.met.fight(f)
+	l.repairs.fight(f.Over)
 	l.ev.fight(f)
 }
 
 func (l *loop) change(op netwatch.Op, line string) {
 	l.met.change(op)
-	l.emit(line)
+	l.repairs.change(opKindLabel(op), line)
 }
 
 func (l *loop) pass(p reconcile.Pass) {
 	l.met.pass(p, l.r.Converged())
+	l.repairs.pass()
 	l.ev.pass(p, l.r.Converged(), l.Mode(), time.Now())
 	if l.onPass != nil {
 		l.onPass(p)

@@ -32,9 +32,9 @@ func seedKernel(t *testing.T) (*netwatchtest.Kernel, uint32, uint32) {
 	t.Cleanup(func() { k.Close() })
 	enp := k.AddLink("enp7s0", "veth", 1450, true)
 	must(t, k.AddAddr(enp, netip.MustParsePrefix("10.0.0.5/16")))
-	must(t, k.AddRoute(netwatchtest.Route{Dst: netip.MustParsePrefix("10.0.0.1/32"), Index: enp, Protocol: unix.RTPROT_DHCP,
+	must(t, k.AddRoute(netwatch.Route{Dst: netip.MustParsePrefix("10.0.0.1/32"), Index: enp, Protocol: unix.RTPROT_DHCP,
 		Scope: unix.RT_SCOPE_LINK, PrefSrc: netip.MustParseAddr("10.0.0.5")}))
-	must(t, k.AddRoute(netwatchtest.Route{Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
+	must(t, k.AddRoute(netwatch.Route{Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
 		Index: enp, Protocol: unix.RTPROT_DHCP, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355}))
 	wg := k.AddLink("cilium_wg0", "tun", 1355, true)
 	return k, enp, wg
@@ -55,7 +55,7 @@ var seedLines = []string{
 	"dhcp route 10.0.0.0/16 mtu 1450 (was 1355)",
 }
 
-var splitRule = netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 109}
+var splitRule = netwatch.Rule{Family: netwatch.IPv4, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 109}
 
 // harness runs the agent's loop on a fake kernel and records what it says.
 type harness struct {
@@ -165,14 +165,14 @@ func (h *harness) waitConverged() { h.t.Helper(); h.waitPass("that finds nothing
 // split reports whether the fake kernel holds the split of the seed.
 func (h *harness) split() error {
 	var table []string
-	for _, r := range h.k.Routes() {
+	for _, r := range h.k.Snapshot().Routes {
 		if r.Table == 900 {
 			table = append(table, r.String())
 		}
 	}
 	want := []string{
-		"10.0.0.0/16 via 10.0.0.1 dev#2 table 900 src 10.0.0.5 mtu 1355",
-		"10.0.0.1/32 dev#2 table 900 src 10.0.0.5 mtu 1355",
+		"10.0.0.0/16 via 10.0.0.1 dev if2 table 900 proto 109 src 10.0.0.5 mtu 1355",
+		"10.0.0.1 dev if2 table 900 proto 109 scope link src 10.0.0.5 mtu 1355",
 	}
 	if diff := cmp.Diff(want, table); diff != "" {
 		return fmt.Errorf("table 900 (-want +got):\n%s", diff)
@@ -185,8 +185,8 @@ func (h *harness) split() error {
 
 func (h *harness) rules900() int {
 	n := 0
-	for _, r := range h.k.Rules() {
-		if r.Family == unix.AF_INET && r.Priority == 900 {
+	for _, r := range h.k.Snapshot().Rules {
+		if r.Family == netwatch.IPv4 && r.Priority == 900 {
 			n++
 		}
 	}
@@ -296,7 +296,7 @@ func TestLoopRestoresAndTurnsOff(t *testing.T) {
 	if n := h.rules900(); n != 0 {
 		t.Errorf("%d rules at 900 after off", n)
 	}
-	for _, r := range k.Routes() {
+	for _, r := range k.Snapshot().Routes {
 		if r.Table == 900 {
 			t.Errorf("route left in table 900: %v", r)
 		}
@@ -334,7 +334,7 @@ func TestLoopFight(t *testing.T) {
 	prog, err := k.DialProgram()
 	must(t, err)
 	defer prog.Close()
-	del := netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}
+	del := netwatch.Rule{Family: netwatch.IPv4, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}
 	start := time.Now()
 	for time.Since(start) < time.Second {
 		if err := prog.DelRule(del); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -378,7 +378,7 @@ func TestLoopFlapsAreNoFight(t *testing.T) {
 		must(t, k.SetLinkUp(enp, false))
 		must(t, k.SetLinkUp(enp, true))
 		// The DHCP client puts its routes back, lowered as before.
-		for _, r := range []netwatchtest.Route{
+		for _, r := range []netwatch.Route{
 			{Dst: netip.MustParsePrefix("10.0.0.1/32"), Index: enp, Protocol: unix.RTPROT_DHCP, Scope: unix.RT_SCOPE_LINK, PrefSrc: netip.MustParseAddr("10.0.0.5")},
 			{Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: enp, Protocol: unix.RTPROT_DHCP, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355},
 		} {
@@ -475,7 +475,7 @@ func TestLoopPeriodicResync(t *testing.T) {
 func TestLoopIPv6(t *testing.T) {
 	k, enp, _ := seedKernel(t)
 	must(t, k.AddAddr(enp, netip.MustParsePrefix("fd00::5/64")))
-	must(t, k.AddRoute(netwatchtest.Route{Dst: netip.MustParsePrefix("fd00:1::/48"), Gateway: netip.MustParseAddr("fd00::1"),
+	must(t, k.AddRoute(netwatch.Route{Dst: netip.MustParsePrefix("fd00:1::/48"), Gateway: netip.MustParseAddr("fd00::1"),
 		Index: enp, Protocol: unix.RTPROT_STATIC}))
 	h := newHarnessCfg(t, k, mtupolicy.Config{TunnelLink: "cilium_wg0", Mark: 0xe00, Mask: 0xf00, Table: 900,
 		Priority: 900, Protocol: 109, Repair: true,
@@ -500,7 +500,7 @@ func TestLoopTunnelBelowIPv6Minimum(t *testing.T) {
 	k, enp, wg := seedKernel(t)
 	must(t, k.SetLinkMTU(wg, 1200))
 	must(t, k.AddAddr(enp, netip.MustParsePrefix("fd00::5/64")))
-	must(t, k.AddRoute(netwatchtest.Route{Dst: netip.MustParsePrefix("fd00:1::/48"), Gateway: netip.MustParseAddr("fd00::1"),
+	must(t, k.AddRoute(netwatch.Route{Dst: netip.MustParsePrefix("fd00:1::/48"), Gateway: netip.MustParseAddr("fd00::1"),
 		Index: enp, Protocol: unix.RTPROT_STATIC}))
 	cfg := seedConfig()
 	cfg.Prefixes = append(cfg.Prefixes, netip.MustParsePrefix("fd00::/16"))
@@ -510,8 +510,8 @@ func TestLoopTunnelBelowIPv6Minimum(t *testing.T) {
 	h.waitConverged()
 	k.AddLink("eth9", "veth", 1500, true) // another pass
 	h.waitConverged()
-	for _, r := range k.Routes() {
-		if r.Table == 900 && r.Family() == unix.AF_INET6 {
+	for _, r := range k.Snapshot().Routes {
+		if r.Table == 900 && r.Family == netwatch.IPv6 {
 			t.Errorf("IPv6 route in table 900 at a tunnel MTU of 1200: %v", r)
 		}
 	}

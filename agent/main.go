@@ -65,7 +65,7 @@
 // /proc/net/snmp. One run (or once, or cleanup) per table and per priority
 // in a namespace: each claims an abstract unix socket of its own, and a
 // privileged one already there for the same table or priority keeps them
-// (lock_linux.go); cleanup beside a running agent removes nothing.
+// (internal/lock); cleanup beside a running agent removes nothing.
 //
 // # Debugging
 //

@@ -3,11 +3,7 @@
 package main
 
 import (
-	"context"
-	"crypto/tls"
-	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -304,142 +300,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// httpLimits bound what the metrics server holds for its clients, so
-// that no local user can grow the agent's memory by opening connections:
-// at most maxConns at a time (the others wait in the kernel's accept
-// queue), each closed when it idles, dawdles over its request or its
-// answer.
-type httpLimits struct {
-	maxConns       int
-	readHeader     time.Duration
-	read           time.Duration
-	write          time.Duration
-	idle           time.Duration
-	maxHeaderBytes int
-}
-
-// defaultHTTPLimits are the agent's: a Prometheus server and the kubelet's
-// probes need a few connections and a fraction of a second each; 64
-// connections at ~20 KiB each are ~1.3 MiB at most.
-func defaultHTTPLimits() httpLimits {
-	return httpLimits{
-		maxConns:       64,
-		readHeader:     5 * time.Second,
-		read:           10 * time.Second,
-		write:          10 * time.Second,
-		idle:           10 * time.Second,
-		maxHeaderBytes: 8 << 10,
-	}
-}
-
-// serveHTTP serves /metrics, /healthz and /readyz on ln until ctx ends.
-func serveHTTP(ctx context.Context, ln net.Listener, lim httpLimits, m *metrics, healthy, ready func() error, log *slog.Logger) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.handler(log))
-	probe := func(check func() error) http.HandlerFunc {
-		return func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			if err := check(); err != nil {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				w.Write([]byte(err.Error() + "\n"))
-				return
-			}
-			w.Write([]byte("ok\n"))
-		}
-	}
-	mux.Handle("/healthz", probe(healthy))
-	mux.Handle("/readyz", probe(ready))
-	serve(ctx, ln, lim, mux, nil, log)
-}
-
 // handler serves the registry.
 func (m *metrics) handler(log *slog.Logger) http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)})
-}
-
-// serve serves h on ln within lim until ctx ends; over TLS (HTTP/1.1 only)
-// when tlsConfig is not nil.
-func serve(ctx context.Context, ln net.Listener, lim httpLimits, h http.Handler, tlsConfig *tls.Config, log *slog.Logger) {
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: lim.readHeader,
-		ReadTimeout:       lim.read,
-		WriteTimeout:      lim.write,
-		IdleTimeout:       lim.idle,
-		MaxHeaderBytes:    lim.maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var err error
-		limited := newLimitListener(ln, lim.maxConns)
-		if tlsConfig != nil {
-			// HTTP/1.1 alone: one request at a time per connection, so that
-			// maxConns bounds the requests too (HTTP/2 would allow 250 each).
-			srv.TLSConfig = tlsConfig
-			srv.Protocols = new(http.Protocols)
-			srv.Protocols.SetHTTP1(true)
-			err = srv.ServeTLS(limited, "", "")
-		} else {
-			err = srv.Serve(limited)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "addr", ln.Addr().String(), "err", err)
-		}
-	}()
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if srv.Shutdown(sctx) != nil {
-		srv.Close()
-	}
-	<-done
-}
-
-// limitListener accepts at most n connections at a time: Accept waits
-// until one of them is closed (as golang.org/x/net/netutil's, which the
-// module does not otherwise need).
-type limitListener struct {
-	net.Listener
-	slots     chan struct{}
-	closed    chan struct{}
-	closeOnce sync.Once
-}
-
-func newLimitListener(ln net.Listener, n int) *limitListener {
-	return &limitListener{Listener: ln, slots: make(chan struct{}, n), closed: make(chan struct{})}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &limitConn{Conn: c, free: func() { <-l.slots }}, nil
-}
-
-// Close closes the listener and ends an Accept waiting for a slot.
-func (l *limitListener) Close() error {
-	l.closeOnce.Do(func() { close(l.closed) })
-	return l.Listener.Close()
-}
-
-// limitConn gives its slot back when it is first closed.
-type limitConn struct {
-	net.Conn
-	once sync.Once
-	free func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.free)
-	return err
 }

@@ -8,14 +8,11 @@ import (
 	"crypto/elliptic"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/internal/apitest"
 	"github.com/marksplit/marksplit/internal/kubeapi"
 	"github.com/marksplit/marksplit/internal/kubeauth"
 	"github.com/marksplit/marksplit/mtupolicy"
@@ -33,27 +31,15 @@ import (
 // /metrics) and "other" (not allowed), and no other token.
 func fakeReviews(t *testing.T) *kubeapi.Client {
 	t.Helper()
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in struct {
-			Spec struct {
-				Token string `json:"token"`
-				User  string `json:"user"`
-			} `json:"spec"`
-		}
-		json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&in)
-		w.WriteHeader(http.StatusCreated)
-		switch r.URL.Path {
-		case "/apis/authentication.k8s.io/v1/tokenreviews":
-			ok := in.Spec.Token == "reader" || in.Spec.Token == "other"
-			json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"authenticated": ok, "user": map[string]any{"username": in.Spec.Token}}})
-		case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
-			json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"allowed": in.Spec.User == "reader"}})
-		}
-	}))
-	t.Cleanup(srv.Close)
-	tok := filepath.Join(t.TempDir(), "token")
-	must(t, os.WriteFile(tok, []byte("agent"), 0o600))
-	return &kubeapi.Client{Server: srv.URL, TokenFile: tok, HTTP: kubeapi.NoRedirects(srv.Client())}
+	api := apitest.New(t, apitest.Options{
+		Users:   map[string]string{"reader": "reader", "other": "other"},
+		Allowed: map[string][]string{"reader": {"/metrics"}},
+	})
+	dir := t.TempDir()
+	must(t, api.WriteServiceAccount(dir))
+	hc, err := kubeapi.NewHTTPClient(filepath.Join(dir, "ca.crt"))
+	must(t, err)
+	return &kubeapi.Client{Server: api.URL(), TokenFile: filepath.Join(dir, "token"), HTTP: hc}
 }
 
 // startSecure serves the secure listener on 127.0.0.1 until t ends and
@@ -72,7 +58,7 @@ func startSecure(t *testing.T, o options) string {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		serveSecure(ctx, ln, defaultHTTPLimits(), m, authz, cfg, slog.New(slog.DiscardHandler))
+		serveSecure(ctx, secureListener{ln: ln, authz: authz, tls: cfg}, m, slog.New(slog.DiscardHandler))
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return ln.Addr().String()
@@ -141,46 +127,6 @@ func TestSecureMetrics(t *testing.T) {
 	pool.AddCert(leaf)
 	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "marksplit", Roots: pool}); err != nil {
 		t.Errorf("the certificate does not verify as serverName marksplit against itself: %v", err)
-	}
-}
-
-// TestSecureMetricsCertFiles checks that a mounted certificate is served, and a
-// new one once the files change.
-func TestSecureMetricsCertFiles(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	write := func(name string) *x509.Certificate {
-		t.Helper()
-		c, err := newSelfSigned([]string{name}, time.Now(), time.Hour)
-		must(t, err)
-		der, err := x509.MarshalECPrivateKey(c.PrivateKey.(*ecdsa.PrivateKey))
-		must(t, err)
-		must(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600))
-		must(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]}), 0o600))
-		return c.Leaf
-	}
-	write("first.example")
-	addr := startSecure(t, options{tlsCertFile: certFile, tlsKeyFile: keyFile})
-	served := func() string {
-		t.Helper()
-		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
-		must(t, err)
-		defer conn.Close()
-		return conn.ConnectionState().PeerCertificates[0].DNSNames[0]
-	}
-	if got := served(); got != "first.example" {
-		t.Fatalf("served %q, want first.example", got)
-	}
-	write("second.example-with-a-longer-name") // a new size, whatever the clock's granularity
-	if got := served(); got != "second.example-with-a-longer-name" {
-		t.Errorf("served %q after the files changed, want the new certificate", got)
-	}
-	must(t, os.WriteFile(certFile, []byte("not PEM"), 0o600))
-	if got := served(); got != "second.example-with-a-longer-name" {
-		t.Errorf("served %q after a bad update, want the last good certificate", got)
-	}
-	if _, err := newTLSConfig(options{tlsCertFile: filepath.Join(dir, "none"), tlsKeyFile: keyFile}, "", slog.New(slog.DiscardHandler)); err == nil {
-		t.Error("newTLSConfig with a missing certificate file: no error")
 	}
 }
 

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/marksplit/marksplit/internal/ciliumnode/apitest"
+	"github.com/marksplit/marksplit/internal/apitest"
 	"github.com/marksplit/marksplit/mtupolicy"
-	"github.com/marksplit/marksplit/netwatch/netwatchtest"
+	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
 	"golang.org/x/sys/unix"
 )
@@ -94,7 +94,7 @@ func TestLoopPeers(t *testing.T) {
 	h.waitPass("that splits again", applied(2))
 	h.l.setMode(mtupolicy.ModeOff)
 	h.waitPass("that removes the split", applied(2))
-	for _, r := range k.Routes() {
+	for _, r := range k.Snapshot().Routes {
 		if r.Table == 900 {
 			t.Errorf("route left in table 900: %v", r)
 		}
@@ -106,14 +106,14 @@ func TestLoopPeers(t *testing.T) {
 func TestLoopPeersOffWithoutList(t *testing.T) {
 	k, enp, _ := seedKernel(t)
 	// Left by an agent that ran before.
-	must(t, k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.0.0.9/32"), Gateway: netip.MustParseAddr("10.0.0.1"),
+	must(t, k.AddRoute(netwatch.Route{Table: 900, Dst: netip.MustParsePrefix("10.0.0.9/32"), Gateway: netip.MustParseAddr("10.0.0.1"),
 		Index: enp, MTU: 1355, Protocol: 109}))
 	h := newHarnessCfg(t, k, peersConfig())
 	h.start()
 	h.l.setMode(mtupolicy.ModeOff)
 	h.waitPass("that removes the table's route", applied(1))
 	h.waitConverged()
-	for _, r := range k.Routes() {
+	for _, r := range k.Snapshot().Routes {
 		if r.Table == 900 {
 			t.Errorf("route left in table 900: %v", r)
 		}

@@ -72,6 +72,8 @@ type config struct {
 	events       int64
 	rcvbuf       int
 	skipRepair   bool
+	skipPasses   bool
+	baseRev      string
 	only         []string
 }
 
@@ -97,6 +99,8 @@ func run() int {
 	fs.IntVar(&cfg.loadBatch, "load-batch", 1024, "route messages per sendmsg when loading")
 	fs.IntVar(&cfg.largeRcvBuf, "ingest-rcvbuf", 256<<20, "receive buffer requested by every consumer in the ingest scenario")
 	fs.BoolVar(&cfg.skipRepair, "skip-repair", false, "leave out the repair latency")
+	fs.BoolVar(&cfg.skipPasses, "skip-passes", false, "leave out the agent's big passes")
+	fs.StringVar(&cfg.baseRev, "base-rev", "a29e597", "the commit whose agent the big passes are compared with (built from a git worktree of -repo)")
 	var only string
 	fs.StringVar(&only, "only", "", "comma-separated contenders to measure (default: all), for debugging")
 	fs.StringVar(&cfg.child, "child", "", "internal: run one measurement (sync or churn) and print it as JSON")
@@ -283,8 +287,8 @@ func measure(cfg *config) (*report, error) {
 	}
 	t.Close()
 
-	if !cfg.skipRepair {
-		agent := cfg.agent
+	agent := cfg.agent
+	if !cfg.skipRepair || !cfg.skipPasses {
 		if agent == "" {
 			dir, err := os.MkdirTemp("", "bench-agent-")
 			if err != nil {
@@ -298,6 +302,8 @@ func measure(cfg *config) (*report, error) {
 				return nil, fmt.Errorf("go build ./agent in %s: %v\n%s", cfg.repo, err, out)
 			}
 		}
+	}
+	if !cfg.skipRepair {
 		rep.Loads = append(rep.Loads, loadAvg1())
 		logf("repair latency: %d agent trials", cfg.agentTrials)
 		a, err := repairAgent(agent, cfg.agentTrials, logf)
@@ -310,6 +316,15 @@ func measure(cfg *config) (*report, error) {
 			return nil, err
 		}
 		rep.Repair = []repairResult{a, p}
+	}
+	if !cfg.skipPasses {
+		rep.Loads = append(rep.Loads, loadAvg1())
+		logf("big passes: this tree's agent against %s's", cfg.baseRev)
+		ps, err := passSection(cfg.repo, agent, cfg.baseRev)
+		if err != nil {
+			return nil, err
+		}
+		rep.Passes, rep.BaseRev = ps, cfg.baseRev
 	}
 	rep.Loads = append(rep.Loads, loadAvg1())
 	rep.Took = time.Since(begin)

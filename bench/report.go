@@ -113,6 +113,9 @@ type report struct {
 	Churn   *churnData
 	Links   []linkResult
 	Repair  []repairResult
+	// Passes are the agent's big passes, against BaseRev's agent.
+	Passes  []passResult
+	BaseRev string
 }
 
 type syncGroup struct {
@@ -480,6 +483,7 @@ func (rep *report) write(w io.Writer) error {
 	rep.churnTables(&b)
 	rep.linkTable(&b)
 	rep.repairTable(&b)
+	rep.passTable(&b)
 	if err := movesTmpl.Execute(&b, data); err != nil {
 		return err
 	}

@@ -105,3 +105,32 @@ func TestFloorRatio(t *testing.T) {
 		t.Errorf("floorRatio without a floor = %v, want -1", got)
 	}
 }
+
+func TestParsePeersBench(t *testing.T) {
+	out := `goos: linux
+BenchmarkKernelPeersFirstPass/nodes=10000/agent=new-2         	       1	         1.016 pass-s	        56.08 peak-rss-MiB
+--- BENCH: BenchmarkKernelPeersFirstPass/nodes=10000/agent=new-2
+    passes_bench_test.go:43: new: 10000 CiliumNodes, first pass 1.016s, peak RSS 56.1 MiB
+BenchmarkKernelPeersFirstPass/nodes=10000/agent=base-2        	       1	         2.275 pass-s	       136.0 peak-rss-MiB
+ok  	github.com/marksplit/marksplit/agent	12.180s
+`
+	got, err := parsePeersBench(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []passResult{
+		{Case: "peers-10000", Agent: "new", PeakRSS: 57425, Took: 1016 * time.Millisecond},
+		{Case: "peers-10000", Agent: "base", PeakRSS: 139264, Took: 2275 * time.Millisecond},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d results, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("result %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if _, err := parsePeersBench("BenchmarkKernelPeersFirstPass/nodes=1/agent=new-2 1 x pass-s 1 peak-rss-MiB\n"); err == nil {
+		t.Error("a malformed line parsed without error")
+	}
+}

@@ -178,10 +178,10 @@ func mustRenderChart(t *testing.T, vals map[string]any) []object {
 
 // kustomizeOpts are the overlays kustomizeObjects puts beside deploy/.
 type kustomizeOpts struct {
-	monitoring    bool   // the monitoring component
-	nodeCondition bool   // the node-condition component
-	digest        string // an images entry's digest (kustomize edit set image …@digest)
-	maxUnavailable any   // the pace patch's value, in place of kustomization.yaml's
+	monitoring     bool   // the monitoring component
+	nodeCondition  bool   // the node-condition component
+	digest         string // an images entry's digest (kustomize edit set image …@digest)
+	maxUnavailable any    // the pace patch's value, in place of kustomization.yaml's
 }
 
 // kustomizeObjects renders deploy/ as `kustomize build deploy/` does, and

@@ -157,7 +157,7 @@ func TestCRDValidatorRefuses(t *testing.T) {
 	pm := func(ep map[string]any) object {
 		return object{"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
 			"metadata": map[string]any{"name": "marksplit", "namespace": "kube-system"},
-			"spec": map[string]any{"selector": map[string]any{}, "podMetricsEndpoints": []any{ep}}}
+			"spec":     map[string]any{"selector": map[string]any{}, "podMetricsEndpoints": []any{ep}}}
 	}
 	if p := v.problems(pm(map[string]any{"port": "https-metrics", "scheme": "https"})); len(p) > 0 {
 		t.Errorf("scheme https refused: %q", p)

@@ -37,7 +37,7 @@ type fseed struct {
 func (s *fseed) sync(t *testing.T) {
 	t.Helper()
 	s.marks++
-	if err := s.k.AddRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: markerPriority, Table: markerTable + s.marks}); err != nil {
+	if err := s.k.AddRule(netwatch.Rule{Family: netwatch.IPv4, Priority: markerPriority, Table: netwatch.Table(markerTable + s.marks)}); err != nil {
 		t.Fatal(err)
 	}
 	waitMarker(t, s.w, markerTable+s.marks)
@@ -70,7 +70,7 @@ func (s *fseed) dhcp(t *testing.T, lowered bool) {
 	if lowered {
 		mtu = 1355
 	}
-	for _, r := range []netwatchtest.Route{
+	for _, r := range []netwatch.Route{
 		{Dst: pfx("10.0.0.1/32"), Index: s.eth, PrefSrc: addr("10.0.0.5"), Protocol: protoDHCP, Scope: unix.RT_SCOPE_LINK},
 		{Dst: pfx("10.0.0.0/16"), Gateway: addr("10.0.0.1"), Index: s.eth, PrefSrc: addr("10.0.0.5"), Protocol: protoDHCP, MTU: mtu},
 	} {
@@ -103,12 +103,12 @@ func (s *fseed) splitAt(t *testing.T, dst string, tunnelMTU uint32) {
 // unsplit checks that nothing owned is left in the fake kernel.
 func (s *fseed) unsplit(t *testing.T) {
 	t.Helper()
-	for _, r := range s.k.Routes() {
-		if r.Table == uint32(s.cfg.Table) {
+	for _, r := range s.k.Snapshot().Routes {
+		if r.Table == s.cfg.Table {
 			t.Errorf("route left in table 900: %+v", r)
 		}
 	}
-	for _, r := range s.k.Rules() {
+	for _, r := range s.k.Snapshot().Rules {
 		if r.Priority == s.cfg.Priority {
 			t.Errorf("rule left at 900: %v", r)
 		}
@@ -116,14 +116,14 @@ func (s *fseed) unsplit(t *testing.T) {
 }
 
 // rules900 returns the fake's rules of family at 900.
-func (s *fseed) rules900(family uint8) []netwatchtest.Rule {
-	return slices.DeleteFunc(s.k.Rules(), func(r netwatchtest.Rule) bool { return r.Family != family || r.Priority != s.cfg.Priority })
+func (s *fseed) rules900(family netwatch.Family) []netwatch.Rule {
+	return slices.DeleteFunc(s.k.Snapshot().Rules, func(r netwatch.Rule) bool { return r.Family != family || r.Priority != s.cfg.Priority })
 }
 
-func (s *fseed) checkOurRuleOnly(t *testing.T, family uint8) {
+func (s *fseed) checkOurRuleOnly(t *testing.T, family netwatch.Family) {
 	t.Helper()
 	rs := s.rules900(family)
-	want := netwatchtest.Rule{Family: family, Priority: 900, Table: 900, Action: unix.FR_ACT_TO_TBL, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: uint8(s.cfg.Protocol)}
+	want := netwatch.Rule{Family: family, Priority: 900, Table: 900, Action: unix.FR_ACT_TO_TBL, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: s.cfg.Protocol}
 	if len(rs) != 1 || rs[0] != want {
 		t.Errorf("rules at 900 (family %d): %v, want exactly %v", family, rs, want)
 	}
@@ -155,7 +155,7 @@ func TestFakeCase01FreshNode(t *testing.T) {
 		t.Errorf("rule added before the table routes:\n%s", opsString(ops))
 	}
 	s.splitAt(t, "10.0.0.9", 1355)
-	s.checkOurRuleOnly(t, unix.AF_INET)
+	s.checkOurRuleOnly(t, netwatch.IPv4)
 }
 
 func TestFakeCase02Converged(t *testing.T) {
@@ -176,9 +176,9 @@ func TestFakeCase03RepairOnce(t *testing.T) {
 	if n := len(slices.DeleteFunc(slices.Clone(ops), func(o netwatch.Op) bool { return !o.Repair })); n != 1 {
 		t.Errorf("first pass: %d repairs, want 1:\n%s", n, opsString(ops))
 	}
-	i := slices.IndexFunc(s.k.Routes(), func(r netwatchtest.Route) bool { return r.Table == unix.RT_TABLE_MAIN && r.Dst == pfx("10.0.0.0/16") })
-	if i < 0 || s.k.Routes()[i].MTU != 0 {
-		t.Errorf("main route not repaired (it keeps an MTU of its own): %+v", s.k.Routes())
+	i := slices.IndexFunc(s.k.Snapshot().Routes, func(r netwatch.Route) bool { return r.Table == unix.RT_TABLE_MAIN && r.Dst == pfx("10.0.0.0/16") })
+	if i < 0 || s.k.Snapshot().Routes[i].MTU != 0 {
+		t.Errorf("main route not repaired (it keeps an MTU of its own): %+v", s.k.Snapshot().Routes)
 	}
 	for i := range 2 {
 		if ops := s.pass(t, mtupolicy.ModeOn); hasOp(ops, netwatch.RouteReplace, isRepair) {
@@ -219,7 +219,7 @@ func TestFakeCase06ModeUnknown(t *testing.T) {
 	if err := s.k.SetLinkMTU(s.tun, 1420); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.k.AddRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xd00, Mask: 0xf00}); err != nil {
+	if err := s.k.AddRule(netwatch.Rule{Family: netwatch.IPv4, Priority: 900, Table: 900, Mark: 0xd00, Mask: 0xf00}); err != nil {
 		t.Fatal(err)
 	}
 	s.k.ResetRequests()
@@ -251,7 +251,7 @@ func TestFakeCase07InterfaceBounce(t *testing.T) {
 		t.Errorf("table not rebuilt after the bounce:\n%s", opsString(ops))
 	}
 	s.splitAt(t, "10.0.0.9", 1355)
-	s.checkOurRuleOnly(t, unix.AF_INET)
+	s.checkOurRuleOnly(t, netwatch.IPv4)
 }
 
 func TestFakeCase08TunnelGone(t *testing.T) {
@@ -270,10 +270,10 @@ func TestFakeCase08TunnelGone(t *testing.T) {
 func TestFakeCase09StrayRules(t *testing.T) {
 	t.Run("strays", func(t *testing.T) {
 		s := newFSeed(t, true)
-		for _, r := range []netwatchtest.Rule{
-			{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00},
-			{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xd00, Mask: 0xf00},
-			{Family: unix.AF_INET, Priority: 900, Table: 901, Invert: true, Mark: 0xe00, Mask: 0xf00},
+		for _, r := range []netwatch.Rule{
+			{Family: netwatch.IPv4, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00},
+			{Family: netwatch.IPv4, Priority: 900, Table: 900, Invert: true, Mark: 0xd00, Mask: 0xf00},
+			{Family: netwatch.IPv4, Priority: 900, Table: 901, Invert: true, Mark: 0xe00, Mask: 0xf00},
 		} {
 			if err := s.k.AddRule(r); err != nil {
 				t.Fatal(err)
@@ -288,22 +288,17 @@ func TestFakeCase09StrayRules(t *testing.T) {
 		if res, err := s.a.Apply(ops); err != nil {
 			t.Fatalf("apply: %v\n%+v", err, res)
 		}
-		s.checkOurRuleOnly(t, unix.AF_INET) // after one pass
+		s.checkOurRuleOnly(t, netwatch.IPv4) // after one pass
 		settle(t, s.w, s.cfg, mtupolicy.ModeOn)
 		s.splitAt(t, "10.0.0.9", 1355)
 	})
 	t.Run("duplicates", func(t *testing.T) {
 		s := newFSeed(t, true)
 		s.pass(t, mtupolicy.ModeOn)
-		c, err := s.k.DialConn(nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if _, err := c.Execute(ruleMsg(unix.AF_INET, 900, 900, true, 0xe00, 0xf00, uint8(s.cfg.Protocol))); err != nil {
+		if err := s.k.AppendRule(netwatch.Rule{Family: netwatch.IPv4, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: s.cfg.Protocol}); err != nil {
 			t.Fatalf("add a duplicate rule: %v", err)
 		}
-		if rs := s.rules900(unix.AF_INET); len(rs) != 2 {
+		if rs := s.rules900(netwatch.IPv4); len(rs) != 2 {
 			t.Fatalf("duplicate not added: %v", rs)
 		}
 		waitRules(t, s.w, 2)
@@ -311,7 +306,7 @@ func TestFakeCase09StrayRules(t *testing.T) {
 		if len(ops) != 1 || ops[0].Kind != netwatch.RuleDelete || ops[0].Rule != ourRule(s.cfg, netwatch.IPv4) {
 			t.Errorf("two identical rules: want one rule delete:\n%s", opsString(ops))
 		}
-		s.checkOurRuleOnly(t, unix.AF_INET)
+		s.checkOurRuleOnly(t, netwatch.IPv4)
 	})
 }
 
@@ -364,12 +359,12 @@ func TestFakeCase10StaleTableRoutes(t *testing.T) {
 	if len(ops) != 1 || ops[0].Kind != netwatch.RouteDelete || ops[0].Route.Dst != pfx("10.0.0.0/16") {
 		t.Errorf("prefix no longer selected: want its table route dropped:\n%s", opsString(ops))
 	}
-	if slices.ContainsFunc(s.k.Routes(), func(r netwatchtest.Route) bool { return r.Table == 900 && r.Dst == pfx("10.0.0.0/16") }) {
-		t.Errorf("table route 10.0.0.0/16 kept: %+v", s.k.Routes())
+	if slices.ContainsFunc(s.k.Snapshot().Routes, func(r netwatch.Route) bool { return r.Table == 900 && r.Dst == pfx("10.0.0.0/16") }) {
+		t.Errorf("table route 10.0.0.0/16 kept: %+v", s.k.Snapshot().Routes)
 	}
 
 	s.pass(t, mtupolicy.ModeOn)
-	if err := s.k.ReplaceRoute(netwatchtest.Route{Dst: pfx("10.0.0.0/16"), Gateway: addr("10.0.0.2"), Index: s.eth, PrefSrc: addr("10.0.0.5"), Protocol: protoDHCP, MTU: 1450}); err != nil {
+	if err := s.k.ReplaceRoute(netwatch.Route{Dst: pfx("10.0.0.0/16"), Gateway: addr("10.0.0.2"), Index: s.eth, PrefSrc: addr("10.0.0.5"), Protocol: protoDHCP, MTU: 1450}); err != nil {
 		t.Fatal(err)
 	}
 	ops = s.pass(t, mtupolicy.ModeOn)
@@ -378,9 +373,9 @@ func TestFakeCase10StaleTableRoutes(t *testing.T) {
 	}) {
 		t.Errorf("gateway changed: table route not replaced:\n%s", opsString(ops))
 	}
-	i := slices.IndexFunc(s.k.Routes(), func(r netwatchtest.Route) bool { return r.Table == 900 && r.Dst == pfx("10.0.0.0/16") })
-	if i < 0 || s.k.Routes()[i].Gateway != addr("10.0.0.2") || s.k.Routes()[i].MTU != 1420 {
-		t.Errorf("table 900 after the gateway change: %+v", s.k.Routes())
+	i := slices.IndexFunc(s.k.Snapshot().Routes, func(r netwatch.Route) bool { return r.Table == 900 && r.Dst == pfx("10.0.0.0/16") })
+	if i < 0 || s.k.Snapshot().Routes[i].Gateway != addr("10.0.0.2") || s.k.Snapshot().Routes[i].MTU != 1420 {
+		t.Errorf("table 900 after the gateway change: %+v", s.k.Snapshot().Routes)
 	}
 }
 
@@ -392,7 +387,7 @@ func TestFakeCase11NotSynced(t *testing.T) {
 	if err := k.AddAddr(eth, pfx("10.0.0.5/16")); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.AddRoute(netwatchtest.Route{Dst: pfx("10.0.0.0/16"), Gateway: addr("10.0.0.1"), Index: eth, MTU: 1355}); err != nil {
+	if err := k.AddRoute(netwatch.Route{Dst: pfx("10.0.0.0/16"), Gateway: addr("10.0.0.1"), Index: eth, MTU: 1355}); err != nil {
 		t.Fatal(err)
 	}
 	k.FailAll(unix.RTM_GETROUTE, unix.EIO)
@@ -434,12 +429,12 @@ func TestFakeCase11NotSynced(t *testing.T) {
 	if n := mutations(k); n != 0 {
 		t.Errorf("%d changes sent while the listing fails", n)
 	}
-	if rs := k.Rules(); slices.ContainsFunc(rs, func(r netwatchtest.Rule) bool { return r.Priority == 900 }) {
+	if rs := k.Snapshot().Rules; slices.ContainsFunc(rs, func(r netwatch.Rule) bool { return r.Priority == 900 }) {
 		t.Errorf("rule installed: %v", rs)
 	}
-	i := slices.IndexFunc(k.Routes(), func(r netwatchtest.Route) bool { return r.Dst == pfx("10.0.0.0/16") && r.Table == unix.RT_TABLE_MAIN })
-	if i < 0 || k.Routes()[i].MTU != 1355 {
-		t.Errorf("main route repaired while the listing fails: %+v", k.Routes())
+	i := slices.IndexFunc(k.Snapshot().Routes, func(r netwatch.Route) bool { return r.Dst == pfx("10.0.0.0/16") && r.Table == unix.RT_TABLE_MAIN })
+	if i < 0 || k.Snapshot().Routes[i].MTU != 1355 {
+		t.Errorf("main route repaired while the listing fails: %+v", k.Snapshot().Routes)
 	}
 }
 
@@ -465,7 +460,7 @@ func TestFakeCase13Families(t *testing.T) {
 	if err := s.k.AddAddr(s.eth, pfx("fd00::5/64")); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []netwatchtest.Route{
+	for _, r := range []netwatch.Route{
 		{Dst: pfx("fd00::1/128"), Index: s.eth, Protocol: protoDHCP},
 		{Dst: pfx("fd00::/64"), Gateway: addr("fd00::1"), Index: s.eth, Protocol: protoDHCP, MTU: 1355},
 	} {
@@ -480,18 +475,18 @@ func TestFakeCase13Families(t *testing.T) {
 			t.Errorf("no rule added for %v:\n%s", f, opsString(ops))
 		}
 	}
-	s.checkOurRuleOnly(t, unix.AF_INET)
-	s.checkOurRuleOnly(t, unix.AF_INET6)
+	s.checkOurRuleOnly(t, netwatch.IPv4)
+	s.checkOurRuleOnly(t, netwatch.IPv6)
 	s.splitAt(t, "10.0.0.9", 1355)
 	for _, want := range []struct {
-		table   uint32
+		table   netwatch.Table
 		mtu     uint32
 		prefSrc netip.Addr
 	}{{900, 1355, addr("fd00::5")}, {unix.RT_TABLE_MAIN, 0, netip.Addr{}}} {
-		if !slices.ContainsFunc(s.k.Routes(), func(r netwatchtest.Route) bool {
+		if !slices.ContainsFunc(s.k.Snapshot().Routes, func(r netwatch.Route) bool {
 			return r.Table == want.table && r.Dst == pfx("fd00::/64") && r.Gateway == addr("fd00::1") && r.Index == s.eth && r.MTU == want.mtu && r.PrefSrc == want.prefSrc
 		}) {
-			t.Errorf("no route fd00::/64 via fd00::1 table %d mtu %d (0: none) src %v in the fake kernel: %v", want.table, want.mtu, want.prefSrc, s.k.Routes())
+			t.Errorf("no route fd00::/64 via fd00::1 table %d mtu %d (0: none) src %v in the fake kernel: %v", want.table, want.mtu, want.prefSrc, s.k.Snapshot().Routes)
 		}
 	}
 	if ops := s.pass(t, mtupolicy.ModeOn); len(ops) != 0 {

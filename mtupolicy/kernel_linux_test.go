@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/marksplit/marksplit/internal/kerneltest"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -261,8 +262,7 @@ func waitMarker(t *testing.T, w *netwatch.Watcher, table uint32) {
 
 func newKSeed(t *testing.T, lowered bool) *kseed {
 	t.Helper()
-	netwatchtest.RequireKernel(t)
-	s := &kseed{ns: netwatchtest.NewNetNS(t), gw: netwatchtest.NewNetNS(t)}
+	s := &kseed{ns: kerneltest.NewNetNS(t), gw: kerneltest.NewNetNS(t)}
 	s.ns.LoUp(t)
 	s.gw.LoUp(t)
 	s.ns.AddVeth(t, "enp7s0", s.gw, "gw0")
@@ -591,7 +591,7 @@ func TestKernelCase10StaleTableRoutes(t *testing.T) {
 }
 
 func TestKernelCase11NotSynced(t *testing.T) {
-	netwatchtest.RequireKernel(t)
+	kerneltest.NewNetNS(t)
 	t.Skip("a real kernel cannot be made to fail a listing on demand; TestFakeCase11NotSynced covers it with netwatchtest's FailAll")
 }
 

@@ -58,11 +58,11 @@ func TestPeerCache(t *testing.T) {
 	step("its own routes and rule installed", 0)
 	s.k.AddLink("lxc1", "veth", 1500, true)
 	step("a pod's veth", 0)
-	if err := s.k.AddRoute(netwatchtest.Route{Table: 100, Dst: pfx("192.0.2.0/24"), Gateway: addr("10.0.0.1"), Index: s.eth}); err != nil {
+	if err := s.k.AddRoute(netwatch.Route{Table: 100, Dst: pfx("192.0.2.0/24"), Gateway: addr("10.0.0.1"), Index: s.eth}); err != nil {
 		t.Fatal(err)
 	}
 	step("a route in table 100", 0)
-	r := netwatchtest.Route{Table: 254, Dst: pfx("192.0.2.0/24"), Gateway: addr("10.0.0.1"), Index: s.eth, Protocol: protoDHCP}
+	r := netwatch.Route{Table: 254, Dst: pfx("192.0.2.0/24"), Gateway: addr("10.0.0.1"), Index: s.eth, Protocol: protoDHCP}
 	if err := s.k.AddRoute(r); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func BenchmarkPeerCache(b *testing.B) {
 		}
 		k.AddLink("cilium_wg0", "tun", 1355, true)
 		for i := range n {
-			if err := k.AddRoute(netwatchtest.Route{Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{11, byte(i >> 16), byte(i >> 8), byte(i)}), 32),
+			if err := k.AddRoute(netwatch.Route{Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{11, byte(i >> 16), byte(i >> 8), byte(i)}), 32),
 				Gateway: addr("10.0.0.1"), Index: eth, Protocol: 186}); err != nil {
 				b.Fatal(err)
 			}

@@ -117,6 +117,19 @@ func (c Config) desired(v netwatch.View, mode Mode, split func(netwatch.View, ne
 		d.Notes = []string{"tunnel link " + c.TunnelLink + " is down: nothing is split"}
 		return d, true
 	}
+	if c.UnderlayLink != "" {
+		// Room for a table route per main route of both families, sized
+		// once: growing it for the second family would hold the first
+		// family's copy and a larger one at once. RouteCount would count
+		// every table's routes, the owned one's too.
+		n := 0
+		for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
+			for range v.Routes(f, netwatch.TableMain) {
+				n++
+			}
+		}
+		d.Routes = make([]netwatch.Route, 0, n)
+	}
 	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
 		if min := MinMTU(f); tun.MTU < min {
 			d.Notes = append(d.Notes, fmt.Sprintf("%v: tunnel link %s's MTU %d is below the family's minimum %d: %v is not split",
@@ -249,14 +262,14 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 // the first of each key (the one the kernel uses): those inside
 // cfg.Prefixes, found without walking the rest of a full table, sorted by
 // key, or with cfg.UnderlayLink every main route, in the table's order
-// (which Plan does not depend on). It grows d.Routes for them. A route a
+// (which Plan does not depend on; desired has sized d.Routes for them), and
+// grows d.Routes for the routes inside cfg.Prefixes. A route a
 // table route covers lies inside the prefix that table route lies in, so
 // the throws need nothing else.
 func (c Config) candidates(v netwatch.View, f netwatch.Family, d *reconcile.Desired) iter.Seq[netwatch.Route] {
 	if c.UnderlayLink != "" {
 		// Every main route is a candidate, and the first route of each
 		// key is the one the table yields first.
-		d.Routes = slices.Grow(d.Routes, v.RouteCount(f))
 		return func(yield func(netwatch.Route) bool) {
 			var last netwatch.RouteKey
 			first := true

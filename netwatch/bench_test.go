@@ -126,7 +126,7 @@ func bareDump(b *testing.B, ns *testNS) int {
 // took and its IPv4 route count; the watcher is stopped before it returns.
 func syncOnce(b *testing.B, ns *testNS, measure func(*Watcher)) (time.Duration, int) {
 	b.Helper()
-	w := New(Options{NetNS: rtnl.FakeNetNS(ns.dialer())})
+	w := New(Options{NetNS: fakeNetNS(ns.dialer())})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	start := time.Now()
@@ -273,7 +273,7 @@ func TestHelperSyncRSS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	w := New(Options{NetNS: rtnl.FakeNetNS(kernelDialer{netns: fd})})
+	w := New(Options{NetNS: fakeNetNS(kernelDialer{netns: fd})})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -337,7 +337,7 @@ func benchIngest(b *testing.B, tableRoutes int) {
 			return everyOther(gwRoutes(TableMain, 2*i*writeBatch*64, 2*writeBatch, gw, index), 1)
 		}
 	}
-	w := startWatcher(b, Options{NetNS: rtnl.FakeNetNS(ns.dialer())})
+	w := startWatcher(b, Options{NetNS: fakeNetNS(ns.dialer())})
 	waitSynced(b, w, 2*time.Minute)
 	writers := []*routeWriter{dialRouteWriter(b, ns), dialRouteWriter(b, ns)}
 	base := w.Stats()
@@ -481,7 +481,7 @@ func BenchmarkKernelLinkEvent(b *testing.B) {
 			loadRoutes(b, ns, n, gw, index)
 			ns.ip(b, "link", "add", "spare0", "type", "veth", "peer", "name", "spare1")
 			ns.ip(b, "link", "set", "spare1", "up")
-			w := startWatcher(b, Options{NetNS: rtnl.FakeNetNS(ns.dialer())})
+			w := startWatcher(b, Options{NetNS: fakeNetNS(ns.dialer())})
 			waitSynced(b, w, time.Minute)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()

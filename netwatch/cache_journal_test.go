@@ -41,7 +41,7 @@ func TestJournal(t *testing.T) {
 // origin of the event that arrives after it and explains it (the kernel
 // announced the change late), and as the re-dump's when no event does.
 func TestFindingsClaimed(t *testing.T) {
-	w := New(Options{NetNS: rtnl.FakeNetNS(nopDialer{})})
+	w := New(Options{NetNS: fakeNetNS(nopDialer{})})
 	sub := w.Subscribe(16, nil)
 	defer sub.Close()
 	rule := Rule{Family: IPv4, Priority: 70, Table: 900, Action: ActionToTable}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/netwatchtest"
-	"golang.org/x/sys/unix"
 )
 
 // subscribe starts a subscription, with the link names of the view the
@@ -85,8 +84,8 @@ func ExampleWatcher_Subscribe() {
 		return
 	}
 	defer prog.Close()
-	if err := prog.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("198.51.100.0/24"),
-		Gateway: netip.MustParseAddr("192.0.2.1"), Index: eth0, Protocol: unix.RTPROT_STATIC}); err != nil {
+	if err := prog.AddRoute(netwatch.Route{Family: netwatch.IPv4, Table: 900, Dst: netip.MustParsePrefix("198.51.100.0/24"),
+		Gateway: netip.MustParseAddr("192.0.2.1"), Index: eth0, Protocol: netwatch.ProtoStatic, Type: netwatch.RouteUnicast}); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/netwatch/internal/fakekernel"
 	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
-	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/mdlayher/netlink"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
@@ -32,7 +32,7 @@ import (
 // fakeDialer dials the fake kernel and wraps each multicast socket in a
 // faultConn the test can reach.
 type fakeDialer struct {
-	k *netwatchtest.Kernel
+	k *fakekernel.Kernel
 
 	mu       sync.Mutex
 	mcs      []*faultConn    // multicast sockets, in dial order
@@ -115,7 +115,7 @@ func (d *fakeDialer) multicastDials() int {
 // arm goes through the armed function first.
 type faultConn struct {
 	rtnl.Conn
-	fake *netwatchtest.FakeConn
+	fake *fakekernel.FakeConn
 
 	mu     sync.Mutex
 	mutate func(netlink.Message) (netlink.Message, error)
@@ -183,21 +183,21 @@ func (c *faultConn) ReceiveIter() iter.Seq2[netlink.Message, error] {
 
 // fakeHost is a small host: eth0 with addresses of both families, routes
 // in main and in table 900, and the mark-split rules.
-func fakeHost(t *testing.T) (*netwatchtest.Kernel, uint32) {
+func fakeHost(t *testing.T) (*fakekernel.Kernel, uint32) {
 	t.Helper()
-	k := netwatchtest.New()
+	k := fakekernel.New()
 	t.Cleanup(func() { k.Close() })
 	eth := k.AddLink("eth0", "veth", 1450, true)
 	k.AddLink("cilium_wg0", "tun", 1355, true)
 	for _, err := range []error{
 		k.AddAddr(eth, netip.MustParsePrefix("10.0.0.5/16")),
 		k.AddAddr(eth, netip.MustParsePrefix("fd00::5/64")),
-		k.AddRoute(netwatchtest.Route{Dst: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}),
-		k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
+		k.AddRoute(fakekernel.Route{Dst: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}),
+		k.AddRoute(fakekernel.Route{Table: 900, Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
 			Index: eth, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355, Protocol: 77}),
-		k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("fd01::/64"), Gateway: netip.MustParseAddr("fd00::1"), Index: eth, MTU: 1355}),
-		k.AddRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
-		k.AddRule(netwatchtest.Rule{Family: unix.AF_INET6, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
+		k.AddRoute(fakekernel.Route{Table: 900, Dst: netip.MustParsePrefix("fd01::/64"), Gateway: netip.MustParseAddr("fd00::1"), Index: eth, MTU: 1355}),
+		k.AddRule(fakekernel.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
+		k.AddRule(fakekernel.Rule{Family: unix.AF_INET6, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
 	} {
 		if err != nil {
 			t.Fatal(err)
@@ -215,7 +215,7 @@ type fakeState struct {
 	Rules  []string
 }
 
-func fakeStateOf(k *netwatchtest.Kernel) fakeState {
+func fakeStateOf(k *fakekernel.Kernel) fakeState {
 	var s fakeState
 	for _, l := range k.Links() {
 		s.Links = append(s.Links, fmt.Sprintf("%d %s kind=%q mtu=%d flags=%#x oper=%d", l.Index, l.Name, l.Kind, l.MTU, uint32(l.Flags), l.OperState))
@@ -269,7 +269,7 @@ func fakeStateOfView(v View) fakeState {
 }
 
 // waitFake polls until the cache is synced and equals the fake kernel.
-func waitFake(t *testing.T, w *Watcher, k *netwatchtest.Kernel, what string) {
+func waitFake(t *testing.T, w *Watcher, k *fakekernel.Kernel, what string) {
 	t.Helper()
 	deadline := time.NewTimer(5 * time.Second)
 	defer deadline.Stop()
@@ -311,10 +311,10 @@ func waitStats(t *testing.T, w *Watcher, what string, cond func(Stats) bool) Sta
 	}
 }
 
-func startFake(t *testing.T, k *netwatchtest.Kernel, opts Options) (*Watcher, *fakeDialer) {
+func startFake(t *testing.T, k *fakekernel.Kernel, opts Options) (*Watcher, *fakeDialer) {
 	t.Helper()
 	d := &fakeDialer{k: k}
-	opts.NetNS = rtnl.FakeNetNS(d)
+	opts.NetNS = fakeNetNS(d)
 	if opts.RetryMin == 0 {
 		opts.RetryMin, opts.RetryMax = time.Millisecond, time.Millisecond
 	}
@@ -336,22 +336,22 @@ func TestFakeForeignChanges(t *testing.T) {
 		{"link mtu", func() error { return k.SetLinkMTU(eth, 1400) }},
 		{"add address", func() error { return k.AddAddr(eth, netip.MustParsePrefix("10.0.0.6/16")) }},
 		{"add route", func() error {
-			return k.AddRoute(netwatchtest.Route{Table: 70000, Dst: netip.MustParsePrefix("10.2.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth, Metric: 5})
+			return k.AddRoute(fakekernel.Route{Table: 70000, Dst: netip.MustParsePrefix("10.2.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth, Metric: 5})
 		}},
 		{"replace route", func() error {
-			return k.ReplaceRoute(netwatchtest.Route{Table: 70000, Dst: netip.MustParsePrefix("10.2.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.2"), Index: eth, Metric: 5, MTU: 1300})
+			return k.ReplaceRoute(fakekernel.Route{Table: 70000, Dst: netip.MustParsePrefix("10.2.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.2"), Index: eth, Metric: 5, MTU: 1300})
 		}},
 		{"add blackhole", func() error {
-			return k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.3.0.0/16"), Type: unix.RTN_BLACKHOLE})
+			return k.AddRoute(fakekernel.Route{Table: 900, Dst: netip.MustParsePrefix("10.3.0.0/16"), Type: unix.RTN_BLACKHOLE})
 		}},
 		{"delete route", func() error {
-			return k.DelRoute(netwatchtest.Route{Table: 70000, Dst: netip.MustParsePrefix("10.2.0.0/16"), Metric: 5})
+			return k.DelRoute(fakekernel.Route{Table: 70000, Dst: netip.MustParsePrefix("10.2.0.0/16"), Metric: 5})
 		}},
 		{"add rule", func() error {
-			return k.AddRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: 100, Table: 70000, Mark: 1})
+			return k.AddRule(fakekernel.Rule{Family: unix.AF_INET, Priority: 100, Table: 70000, Mark: 1})
 		}},
 		{"delete rule", func() error {
-			return k.DelRule(netwatchtest.Rule{Family: unix.AF_INET6, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00})
+			return k.DelRule(fakekernel.Rule{Family: unix.AF_INET6, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00})
 		}},
 		{"delete address", func() error { return k.DelAddr(eth, netip.MustParsePrefix("10.0.0.6/16")) }},
 		{"delete link", func() error { return k.DelLink(eth + 2) }},
@@ -386,7 +386,7 @@ func TestFakeENOBUFS(t *testing.T) {
 	// A change the watcher only learns from the resync: its event goes
 	// to the old socket, which is not read any more.
 	st := waitStats(t, w, "overflow resync", func(s Stats) bool { return s.Resyncs[resyncOverflow] == 1 })
-	if err := k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.4.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
+	if err := k.AddRoute(fakekernel.Route{Table: 900, Dst: netip.MustParsePrefix("10.4.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
 		t.Fatal(err)
 	}
 	waitFake(t, w, k, "after the overflow")
@@ -408,7 +408,7 @@ func TestFakeOverflow(t *testing.T) {
 	// the rest pile up in its socket.
 	w.Read(func(View) {
 		for i := range 200 {
-			r := netwatchtest.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 5, byte(i), 0}), 24), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}
+			r := fakekernel.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 5, byte(i), 0}), 24), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}
 			if err := k.AddRoute(r); err != nil {
 				t.Error(err)
 			}
@@ -428,7 +428,7 @@ func TestFakeOverflow(t *testing.T) {
 // old socket's congestion.
 func TestFakeOverflowCongested(t *testing.T) {
 	k, eth := fakeHost(t)
-	victim := netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}
+	victim := fakekernel.Route{Table: 900, Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}
 	if err := k.AddRoute(victim); err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestFakeOverflowCongested(t *testing.T) {
 	d.onRouteDump.Store(&del)
 	w.Read(func(View) {
 		for i := range 200 {
-			r := netwatchtest.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 5, byte(i), 0}), 24), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}
+			r := fakekernel.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 5, byte(i), 0}), 24), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}
 			if err := k.AddRoute(r); err != nil {
 				t.Error(err)
 			}
@@ -534,13 +534,13 @@ func TestFakeRequestErrors(t *testing.T) {
 func TestFakeSilentRouteRemoval(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		do   func(k *netwatchtest.Kernel, eth uint32) error
+		do   func(k *fakekernel.Kernel, eth uint32) error
 	}{
-		{"link down", func(k *netwatchtest.Kernel, eth uint32) error { return k.SetLinkUp(eth, false) }},
-		{"last address removed", func(k *netwatchtest.Kernel, eth uint32) error {
+		{"link down", func(k *fakekernel.Kernel, eth uint32) error { return k.SetLinkUp(eth, false) }},
+		{"last address removed", func(k *fakekernel.Kernel, eth uint32) error {
 			return k.DelAddr(eth, netip.MustParsePrefix("10.0.0.5/16"))
 		}},
-		{"link deleted", func(k *netwatchtest.Kernel, eth uint32) error { return k.DelLink(eth) }},
+		{"link deleted", func(k *fakekernel.Kernel, eth uint32) error { return k.DelLink(eth) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k, eth := fakeHost(t)
@@ -572,12 +572,12 @@ func TestFakeSilentRouteRemoval(t *testing.T) {
 
 // routeDumpLinks returns the output link of each route dump the fake
 // kernel was asked for (0: every link).
-func routeDumpLinks(t *testing.T, k *netwatchtest.Kernel) []uint32 {
+func routeDumpLinks(t *testing.T, k *fakekernel.Kernel) []uint32 {
 	t.Helper()
 	var oifs []uint32
 	for _, r := range k.Requests() {
 		if r.Type == unix.RTM_GETROUTE && r.Flags&netlink.Dump != 0 {
-			rt, ok := r.Object.(netwatchtest.Route)
+			rt, ok := r.Object.(fakekernel.Route)
 			if !ok {
 				t.Fatalf("route dump request %+v does not decode", r)
 			}
@@ -623,7 +623,7 @@ func TestFakeRouteTables(t *testing.T) {
 	var dumps []uint32
 	for _, r := range k.Requests() {
 		if r.Type == unix.RTM_GETROUTE {
-			rt, ok := r.Object.(netwatchtest.Route)
+			rt, ok := r.Object.(fakekernel.Route)
 			if !ok {
 				t.Fatalf("route dump request %+v does not decode", r)
 			}
@@ -636,7 +636,7 @@ func TestFakeRouteTables(t *testing.T) {
 	if want := []uint32{900, 901, 900, 901}; !slices.Equal(dumps, want) {
 		t.Errorf("route dumps of tables %v, want %v (IPv4 then IPv6)", dumps, want)
 	}
-	for _, r := range []netwatchtest.Route{
+	for _, r := range []fakekernel.Route{
 		{Table: 901, Dst: netip.MustParsePrefix("10.6.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK},
 		{Table: 902, Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK},
 		{Dst: netip.MustParsePrefix("10.8.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK},
@@ -707,7 +707,7 @@ func TestFakeMalformedEvent(t *testing.T) {
 		m.Data = m.Data[:len(m.Data)-1] // a truncated attribute
 		return m, nil
 	})
-	if err := k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.9.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
+	if err := k.AddRoute(fakekernel.Route{Table: 900, Dst: netip.MustParsePrefix("10.9.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
 		t.Fatal(err)
 	}
 	st := waitStats(t, w, "resync after a malformed event", func(s Stats) bool { return s.Resyncs[resyncRequested] == 1 })
@@ -777,9 +777,9 @@ func TestRunStops(t *testing.T) {
 
 	t.Run("backoff", func(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-		d := &fakeDialer{k: netwatchtest.New(), fail: errors.New("no kernel today")}
+		d := &fakeDialer{k: fakekernel.New(), fail: errors.New("no kernel today")}
 		defer d.k.Close()
-		w, cancel, done := run(t, Options{NetNS: rtnl.FakeNetNS(d), RetryMin: time.Hour, RetryMax: time.Hour})
+		w, cancel, done := run(t, Options{NetNS: fakeNetNS(d), RetryMin: time.Hour, RetryMax: time.Hour})
 		waitStats(t, w, "first failure", func(s Stats) bool { return s.Reconnects == 1 })
 		if w.Synced() {
 			t.Errorf("synced without a kernel")
@@ -789,7 +789,7 @@ func TestRunStops(t *testing.T) {
 	t.Run("receive", func(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		k, _ := fakeHost(t)
-		w, cancel, done := run(t, Options{NetNS: rtnl.FakeNetNS(&fakeDialer{k: k})})
+		w, cancel, done := run(t, Options{NetNS: fakeNetNS(&fakeDialer{k: k})})
 		waitSynced(t, w, 5*time.Second)
 		if err := w.Run(context.Background()); !errors.Is(err, errRunning) {
 			t.Errorf("second Run: %v, want errRunning", err)
@@ -800,7 +800,7 @@ func TestRunStops(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		k, _ := fakeHost(t)
 		k.FailAll(unix.RTM_GETRULE, unix.EBUSY)
-		w, cancel, done := run(t, Options{NetNS: rtnl.FakeNetNS(&fakeDialer{k: k}), RetryMin: time.Millisecond, RetryMax: time.Millisecond})
+		w, cancel, done := run(t, Options{NetNS: fakeNetNS(&fakeDialer{k: k}), RetryMin: time.Millisecond, RetryMax: time.Millisecond})
 		waitStats(t, w, "failing dumps", func(s Stats) bool { return s.Reconnects >= 3 })
 		stop(t, w, cancel, done)
 	})
@@ -819,11 +819,11 @@ func TestFakeSubscribe(t *testing.T) {
 	defer sub.Close()
 	m := newReplay(start)
 	for i := range 5 {
-		if err := k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 10, byte(i), 0}), 24), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
+		if err := k.AddRoute(fakekernel.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 10, byte(i), 0}), 24), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := k.AddRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: 5, Table: 5}); err != nil {
+	if err := k.AddRule(fakekernel.Rule{Family: unix.AF_INET, Priority: 5, Table: 5}); err != nil {
 		t.Fatal(err)
 	}
 	// Changes the watcher learns from a resync, as differences.
@@ -832,7 +832,7 @@ func TestFakeSubscribe(t *testing.T) {
 	if err := k.SetLinkUp(eth, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.DelRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}); err != nil {
+	if err := k.DelRule(fakekernel.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}); err != nil {
 		t.Fatal(err)
 	}
 	waitFake(t, w, k, "after the changes")
@@ -860,7 +860,7 @@ func TestFakeSubscribe(t *testing.T) {
 	// until the watcher has applied them.
 	lag := w.Subscribe(1, nil)
 	for i := range 3 {
-		if err := k.AddRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: uint32(10 + i), Table: 5}); err != nil {
+		if err := k.AddRule(fakekernel.Rule{Family: unix.AF_INET, Priority: uint32(10 + i), Table: 5}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -956,7 +956,7 @@ func (m *replay) snapshot() Snapshot {
 // and the kernel's message readable.
 func TestFakeApply(t *testing.T) {
 	k, eth := fakeHost(t)
-	ap, err := DialApplier(rtnl.FakeNetNS(&fakeDialer{k: k}))
+	ap, err := DialApplier(fakeNetNS(&fakeDialer{k: k}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1012,7 +1012,7 @@ func TestFakeApply(t *testing.T) {
 		table Table
 		mtu   uint32
 	}{{0, 900, 1355}, {0xe00, TableMain, 0}} {
-		a, err := DialApplier(rtnl.FakeNetNS(&fakeDialer{k: k}))
+		a, err := DialApplier(fakeNetNS(&fakeDialer{k: k}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1029,7 +1029,7 @@ func TestFakeApply(t *testing.T) {
 
 // nltestHostOnly is fakeHost's kernel, for comparisons with a kernel that
 // went through changes and back.
-func nltestHostOnly(t *testing.T) *netwatchtest.Kernel {
+func nltestHostOnly(t *testing.T) *fakekernel.Kernel {
 	t.Helper()
 	k, _ := fakeHost(t)
 	return k
@@ -1040,13 +1040,13 @@ func nltestHostOnly(t *testing.T) *netwatchtest.Kernel {
 func TestFakeBarrier(t *testing.T) {
 	k, eth := fakeHost(t)
 	ctx := context.Background()
-	if err := New(Options{NetNS: rtnl.FakeNetNS(&fakeDialer{k: k})}).Barrier(ctx); !errors.Is(err, errNotRunning) {
+	if err := New(Options{NetNS: fakeNetNS(&fakeDialer{k: k})}).Barrier(ctx); !errors.Is(err, errNotRunning) {
 		t.Fatalf("Barrier before Run: %v, want errNotRunning", err)
 	}
 	w, _ := startFake(t, k, Options{})
 	waitFake(t, w, k, "initial sync")
 	for i := range 100 {
-		r := netwatchtest.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 6, byte(i), 0}), 24), Index: eth, Scope: unix.RT_SCOPE_LINK}
+		r := fakekernel.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 6, byte(i), 0}), 24), Index: eth, Scope: unix.RT_SCOPE_LINK}
 		if err := k.AddRoute(r); err != nil {
 			t.Fatal(err)
 		}
@@ -1085,7 +1085,7 @@ func TestSubscribeStartMayAsk(t *testing.T) {
 		routes = v.RouteCount(IPv4)
 	})
 	defer sub.Close()
-	if err := k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
+	if err := k.AddRoute(fakekernel.Route{Table: 900, Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -1097,3 +1097,6 @@ func TestSubscribeStartMayAsk(t *testing.T) {
 		t.Fatal("no event")
 	}
 }
+
+// fakeNetNS is a NetNS whose sockets d opens: a fake kernel's.
+func fakeNetNS(d rtnl.Dialer) *NetNS { return (*NetNS)(rtnl.FakeNetNS(d)) }

@@ -23,7 +23,7 @@ type kernelDialer struct {
 // dialerOf is the dialer of ns: the kernel in that namespace, or a fake
 // kernel's.
 func dialerOf(ns *NetNS) rtnl.Dialer {
-	fd, d := rtnl.Target(ns)
+	fd, d := rtnl.Target((*rtnl.NetNS)(ns))
 	if d != nil {
 		return d
 	}

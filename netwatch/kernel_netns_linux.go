@@ -16,10 +16,12 @@ import (
 // as long as it is open. A Watcher or Applier given it in Options.NetNS
 // uses it whenever it opens a socket (a Watcher reconnects, and resyncs on
 // a new socket after an overflow): close it only after they are done.
-// Its FD method returns the descriptor; Close closes it and is safe to
-// call twice. netwatchtest's fake kernel hands out a NetNS too, which
+// netwatchtest's fake kernel hands out a NetNS too (Kernel.NetNS), which
 // puts a Watcher or an Applier on the fake.
-type NetNS = rtnl.NetNS
+type NetNS rtnl.NetNS
+
+// Close closes the namespace's file descriptor. It is safe to call twice.
+func (ns *NetNS) Close() error { return (*rtnl.NetNS)(ns).Close() }
 
 // nsGetNSType is NS_GET_NSTYPE (linux/nsfs.h), which x/sys/unix lacks.
 const nsGetNSType = 0xb703
@@ -63,7 +65,7 @@ func OpenNetNS(path string) (*NetNS, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("netwatch: %s is a namespace, but not a network namespace", path)
 	}
-	return rtnl.OpenedNetNS(fd, sameFile(fd, "/proc/self/ns/net")), nil
+	return (*NetNS)(rtnl.OpenedNetNS(fd, sameFile(fd, "/proc/self/ns/net"))), nil
 }
 
 // fileKind names the kind of file fd is, for an error.

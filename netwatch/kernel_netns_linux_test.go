@@ -24,8 +24,8 @@ func TestOpenNetNS(t *testing.T) {
 	if !isOwn(ns) {
 		t.Errorf("the process's own namespace is not recognized as its own: sockets would setns, which needs CAP_SYS_ADMIN")
 	}
-	if ns.FD() < 0 || ns.Close() != nil || ns.Close() != nil {
-		t.Errorf("fd %d, or Close failed", ns.FD())
+	if fd := (*rtnl.NetNS)(ns).FD(); fd < 0 || ns.Close() != nil || ns.Close() != nil {
+		t.Errorf("fd %d, or Close failed", fd)
 	}
 	dir := t.TempDir()
 	f, err := os.CreateTemp(dir, "notns")
@@ -110,6 +110,6 @@ func TestKernelOpenNetNSOther(t *testing.T) {
 // isOwn reports whether ns is taken for the process's own namespace, whose
 // sockets need no setns.
 func isOwn(ns *NetNS) bool {
-	fd, _ := rtnl.Target(ns)
+	fd, _ := rtnl.Target((*rtnl.NetNS)(ns))
 	return fd == 0
 }

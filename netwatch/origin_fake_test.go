@@ -10,12 +10,11 @@ import (
 
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
-	"github.com/marksplit/marksplit/netwatch/netwatchtest"
+	"github.com/marksplit/marksplit/netwatch/internal/fakekernel"
 	"golang.org/x/sys/unix"
 )
 
-func newProgram(t *testing.T, k *netwatchtest.Kernel) *netwatchtest.Program {
+func newProgram(t *testing.T, k *fakekernel.Kernel) *fakekernel.Program {
 	t.Helper()
 	p, err := k.DialProgram()
 	if err != nil {
@@ -79,7 +78,7 @@ func TestFakeOrigins(t *testing.T) {
 	sub := w.Subscribe(1024, nil)
 	defer sub.Close()
 	prog := newProgram(t, k)
-	ap, err := DialApplier(rtnl.FakeNetNS(d))
+	ap, err := DialApplier(fakeNetNS(d))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,10 +95,10 @@ func TestFakeOrigins(t *testing.T) {
 		want []seen
 	}{
 		{"a program adds a route", func() {
-			must(t, prog.AddRoute(netwatchtest.Route{Table: 70000, Dst: netip.MustParsePrefix("10.2.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}))
+			must(t, prog.AddRoute(fakekernel.Route{Table: 70000, Dst: netip.MustParsePrefix("10.2.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}))
 		}, []seen{{false, KindRoute, "inet 10.2.0.0/16 table 70000", programOrigin}}},
 		{"a program deletes a rule", func() {
-			must(t, prog.DelRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}))
+			must(t, prog.DelRule(fakekernel.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}))
 		}, []seen{{true, KindRule, rule.String(), programOrigin}}},
 		{"a program adds an IPv4 address", func() {
 			must(t, prog.AddAddr(eth, netip.MustParsePrefix("10.0.0.7/16")))
@@ -147,7 +146,7 @@ func TestFakeOriginOverflow(t *testing.T) {
 	// watcher blocks on its first event and the rest overflow its socket.
 	w.Read(func(View) {
 		for i := range 200 {
-			must(t, prog.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 9, byte(i), 0}), 24),
+			must(t, prog.AddRoute(fakekernel.Route{Table: 900, Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 9, byte(i), 0}), 24),
 				Index: eth, Scope: unix.RT_SCOPE_LINK}))
 		}
 	})

@@ -10,8 +10,6 @@ import (
 	"os/exec"
 	"testing"
 	"time"
-
-	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 )
 
 // batchIP is one long-lived ip(8) process in a namespace that runs the
@@ -79,7 +77,7 @@ func TestKernelOrigins(t *testing.T) {
 	ns.ip(t, "link", "set", "eth0", "up")
 	ns.ip(t, "link", "set", "eth1", "up")
 	ns.ip(t, "addr", "add", "10.0.0.5/24", "dev", "eth0")
-	w := startWatcher(t, Options{NetNS: rtnl.FakeNetNS(ns.dialer())})
+	w := startWatcher(t, Options{NetNS: fakeNetNS(ns.dialer())})
 	waitSynced(t, w, 5*time.Second)
 	sub := w.Subscribe(4096, nil)
 	defer sub.Close()
@@ -129,7 +127,7 @@ func TestKernelOrigins(t *testing.T) {
 		}
 	}
 
-	ap, err := DialApplier(rtnl.FakeNetNS(ns.dialer()))
+	ap, err := DialApplier(fakeNetNS(ns.dialer()))
 	if err != nil {
 		t.Fatal(err)
 	}

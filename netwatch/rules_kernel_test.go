@@ -7,8 +7,6 @@ import (
 	"os/exec"
 	"testing"
 	"time"
-
-	"github.com/marksplit/marksplit/netwatch/internal/rtnl"
 )
 
 // TestKernelHotRuleDeleter: one program deletes a rule as fast as it can
@@ -18,9 +16,9 @@ import (
 // addition; the cache must still end equal to the kernel.
 func TestKernelHotRuleDeleter(t *testing.T) {
 	ns := newTestNS(t)
-	w := startWatcher(t, Options{NetNS: rtnl.FakeNetNS(ns.dialer())})
+	w := startWatcher(t, Options{NetNS: fakeNetNS(ns.dialer())})
 	waitSynced(t, w, 5*time.Second)
-	ap, err := DialApplier(rtnl.FakeNetNS(ns.dialer()))
+	ap, err := DialApplier(fakeNetNS(ns.dialer()))
 	if err != nil {
 		t.Fatal(err)
 	}

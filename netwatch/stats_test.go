@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/marksplit/marksplit/netwatch/netwatchtest"
+	"github.com/marksplit/marksplit/netwatch/internal/fakekernel"
 )
 
 // TestStatsDuringEvents: Stats, called as a metrics scrape would be, while
@@ -23,7 +23,7 @@ func TestStatsDuringEvents(t *testing.T) {
 		defer close(done)
 		for i := range 2000 {
 			dst := netip.MustParsePrefix(fmt.Sprintf("10.%d.%d.0/24", 100+i/250, i%250))
-			if err := k.AddRoute(netwatchtest.Route{Dst: dst, Index: eth}); err != nil {
+			if err := k.AddRoute(fakekernel.Route{Dst: dst, Index: eth}); err != nil {
 				t.Error(err)
 				return
 			}

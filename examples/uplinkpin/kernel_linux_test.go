@@ -3,6 +3,7 @@
 package main
 
 import (
+	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,7 +16,7 @@ import (
 // uplinks, changes the world under it and asks the kernel, after each
 // change, where a packet goes without the mark and with it.
 func TestKernelUplinkPin(t *testing.T) {
-	ns := netwatchtest.NewNetNS(t)
+	ns := newNetNS(t)
 	ns.LoUp(t)
 	// Two uplinks, each a veth whose peer stays unaddressed in the same
 	// namespace: taking the peer down takes the uplink's carrier away.
@@ -115,7 +116,7 @@ func TestKernelUplinkPin(t *testing.T) {
 // TestKernelSignal builds uplinkpin, runs it in a namespace and checks that
 // SIGINT ends it with status 0, leaving its routes in place.
 func TestKernelSignal(t *testing.T) {
-	ns := netwatchtest.NewNetNS(t)
+	ns := newNetNS(t)
 	bin := netwatchtest.BuildProgram(t, "uplinkpin")
 	ns.AddVeth(t, "eth1", nil, "eth1p")
 	ns.IP(t, "link", "set", "eth1p", "up")
@@ -133,7 +134,7 @@ func TestKernelSignal(t *testing.T) {
 // TestKernelFight: a program deleting the rule as fast as it can does not
 // make uplinkpin spin, and the rule is back once it stops.
 func TestKernelFight(t *testing.T) {
-	ns := netwatchtest.NewNetNS(t)
+	ns := newNetNS(t)
 	ns.LoUp(t)
 	ns.AddVeth(t, "eth1", nil, "eth1p")
 	ns.IP(t, "link", "set", "eth1p", "up")
@@ -144,7 +145,7 @@ func TestKernelFight(t *testing.T) {
 	hop := netwatchtest.Hop{Dev: "eth1", Gateway: "192.0.2.1", Table: "920"}
 	ns.WaitRoute(t, logs, "203.0.113.9", "0x100", hop)
 	ns.CheckFight(t, logs, "rule del pref 920", "rule 920: fwmark 0x100/0xff00 lookup 920", 1500*time.Millisecond, func() bool {
-		got, _ := ns.RouteGet("203.0.113.9", "0x100")
+		got, _ := ns.RouteGet(netwatchtest.Lookup{Dst: netip.MustParseAddr("203.0.113.9"), Mark: 0x100})
 		return hop.Matches(got)
 	})
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,7 +16,7 @@ import (
 // the world under it and asks the kernel, after each change, where a
 // packet to the chosen prefixes goes without the VPN's mark and with it.
 func TestKernelVPNBypass(t *testing.T) {
-	ns := netwatchtest.NewNetNS(t)
+	ns := newNetNS(t)
 	ns.LoUp(t)
 	// The underlay: a veth whose peer stays unaddressed in the same
 	// namespace (both ends up, so it has carrier), and default routes.
@@ -106,7 +107,7 @@ func TestKernelVPNBypass(t *testing.T) {
 // TestKernelSignal builds vpnbypass, runs it in a namespace and checks that
 // SIGTERM ends it with status 0, leaving its routes in place.
 func TestKernelSignal(t *testing.T) {
-	ns := netwatchtest.NewNetNS(t)
+	ns := newNetNS(t)
 	bin := netwatchtest.BuildProgram(t, "vpnbypass")
 	ns.AddTun(t, "vpn0")
 	ns.IP(t, "link", "set", "vpn0", "up")
@@ -120,14 +121,14 @@ func TestKernelSignal(t *testing.T) {
 // TestKernelFight: a program deleting the rule as fast as it can does not
 // make vpnbypass spin, and the rule is back once it stops.
 func TestKernelFight(t *testing.T) {
-	ns := netwatchtest.NewNetNS(t)
+	ns := newNetNS(t)
 	ns.AddTun(t, "vpn0")
 	ns.IP(t, "link", "set", "vpn0", "up")
 	logs := ns.StartProgram(t, "vpnbypass", run, "--link", "vpn0", "--prefix", "198.51.100.0/24")
 	hop := netwatchtest.Hop{Dev: "vpn0", Table: "910"}
 	ns.WaitRoute(t, logs, "198.51.100.7", "", hop)
 	ns.CheckFight(t, logs, "rule del pref 910", "rule 910: not fwmark 0x80000/0xff0000 lookup 910", 1500*time.Millisecond, func() bool {
-		got, _ := ns.RouteGet("198.51.100.7", "")
+		got, _ := ns.RouteGet(netwatchtest.Lookup{Dst: netip.MustParseAddr("198.51.100.7")})
 		return hop.Matches(got)
 	})
 }

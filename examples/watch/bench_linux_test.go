@@ -29,7 +29,7 @@ func BenchmarkKernelDump(b *testing.B) {
 	if bin == "" {
 		bin = netwatchtest.BuildProgram(b, "watch")
 	}
-	ns := netwatchtest.NewNetNS(b)
+	ns := newNetNS(b)
 	ns.LoUp(b)
 	ns.IP(b, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
 	ns.IP(b, "link", "set", "eth0", "up")

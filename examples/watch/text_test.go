@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/marksplit/marksplit/netwatch"
-	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 )
 
 // controlBytes reports whether s holds a byte a terminal acts on, other
@@ -35,7 +34,7 @@ func TestTextLineEscapes(t *testing.T) {
 // A link named with ESC and BEL (the kernel accepts both) is printed
 // escaped in the text output, never raw.
 func TestKernelWatchTextEscapes(t *testing.T) {
-	ns := netwatchtest.NewNetNS(t)
+	ns := newNetNS(t)
 	const evil = "\x1b[31m\x07e0"
 	ns.IP(t, "link", "add", evil, "type", "veth", "peer", "name", "p0")
 	var stdout, stderr bytes.Buffer

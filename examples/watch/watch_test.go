@@ -492,7 +492,7 @@ func dumpLines(t *testing.T, out []byte) []string {
 func TestKernelWatchOnce(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the namespace's cleanup
-	ns := netwatchtest.NewNetNS(t)
+	ns := newNetNS(t)
 	seed(t, ns)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -526,7 +526,7 @@ func TestKernelWatchOnce(t *testing.T) {
 func TestKernelWatchEvents(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the namespace's cleanup
-	ns := netwatchtest.NewNetNS(t)
+	ns := newNetNS(t)
 	ns.IP(t, "link", "set", "lo", "up")
 
 	pr, pw := io.Pipe()

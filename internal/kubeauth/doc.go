@@ -15,7 +15,14 @@
 // request that finds the budget spent is answered 429 without an API call. So a
 // flood of distinct tokens costs a bounded cache and a bounded rate of API calls.
 // A token whose allow has just expired is reviewed again outside the budget, so
-// that such a flood does not lock out a scraper that was allowed.
+// that such a flood does not lock out a scraper that was allowed. A client (an
+// IPv4 address, an IPv6 /64) that sent a token the API server did not
+// authenticate reviews its next ones for SuspectTTL on a second budget of
+// ReviewsPerSecond, apart from the others': a flood of made-up tokens spends
+// its own budget, and a new valid token from another client (after a token
+// rotation or a Prometheus restart) is reviewed at once. To spend the others'
+// budget a flood needs a new client for each of its first tokens. At most
+// MaxEntries clients are remembered.
 //
 // # Failure
 //

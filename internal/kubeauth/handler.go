@@ -2,6 +2,7 @@ package kubeauth
 
 import (
 	"net/http"
+	"net/netip"
 	"strings"
 )
 
@@ -9,7 +10,7 @@ import (
 // others with the Decision's status code. It reads no request body.
 func (a *Authorizer) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, err := a.Check(r.Context(), bearerToken(r))
+		d, err := a.CheckFrom(r.Context(), clientKey(r.RemoteAddr), bearerToken(r))
 		a.counters[d].Add(1)
 		if d == Allowed {
 			next.ServeHTTP(w, r)
@@ -41,4 +42,19 @@ func bearerToken(r *http.Request) string {
 		return ""
 	}
 	return strings.TrimSpace(tok)
+}
+
+// clientKey names the client of a request by its address: an IPv4 address, or
+// an IPv6 /64 (one host's share of a network); "" when there is none.
+func clientKey(remote string) string {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return ""
+	}
+	ip := ap.Addr().Unmap()
+	if ip.Is4() {
+		return ip.String()
+	}
+	p, _ := ip.Prefix(64)
+	return p.String()
 }

@@ -120,9 +120,12 @@ type Authorizer struct {
 	entries map[[sha256.Size]byte]*list.Element
 	lru     *list.List // of *entry, most recently used first
 	flights map[[sha256.Size]byte]*flight
-	bucket  float64 // reviews that may start now
-	filled  time.Time
-	loggedT time.Time // when throttling was last logged
+	clean   bucket // the review budget of clients in good standing
+	suspect bucket // and of the clients whose tokens it did not authenticate
+	// suspects are those clients, each until its mark expires; at most
+	// MaxEntries of them.
+	suspects map[string]time.Time
+	loggedT  time.Time // when throttling was last logged
 
 	failing  atomic.Bool // the last review failed: logged once per outage
 	reviews  atomic.Uint64
@@ -181,19 +184,52 @@ func New(cfg Config) (*Authorizer, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Authorizer{
-		cfg:     cfg,
-		log:     log,
-		sem:     make(chan struct{}, cfg.MaxInflight),
-		entries: make(map[[sha256.Size]byte]*list.Element),
-		lru:     list.New(),
-		flights: make(map[[sha256.Size]byte]*flight),
-		bucket:  float64(cfg.ReviewBurst),
-		filled:  cfg.Now(),
+		cfg:      cfg,
+		log:      log,
+		sem:      make(chan struct{}, cfg.MaxInflight),
+		entries:  make(map[[sha256.Size]byte]*list.Element),
+		lru:      list.New(),
+		flights:  make(map[[sha256.Size]byte]*flight),
+		clean:    bucket{tokens: float64(cfg.ReviewBurst), filled: cfg.Now()},
+		suspect:  bucket{tokens: cfg.ReviewsPerSecond, filled: cfg.Now()},
+		suspects: make(map[string]time.Time),
 	}, nil
+}
+
+// SuspectTTL is how long a client whose token the API server did not
+// authenticate draws on the suspects' review budget.
+const SuspectTTL = time.Minute
+
+// bucket is a token bucket of reviews.
+type bucket struct {
+	tokens float64
+	filled time.Time
+}
+
+// take takes a review from b, which holds at most burst and gains rate a
+// second.
+func (b *bucket) take(now time.Time, rate float64, burst float64) bool {
+	if el := now.Sub(b.filled); el > 0 {
+		b.tokens = min(burst, b.tokens+el.Seconds()*rate)
+		b.filled = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 // Check decides for token. The error says why a decision is Unavailable.
 func (a *Authorizer) Check(ctx context.Context, token string) (Decision, error) {
+	return a.CheckFrom(ctx, "", token)
+}
+
+// CheckFrom decides for token, sent by client (an address, or "" when not
+// known). A client whose token the API server did not authenticate reviews
+// its next tokens for SuspectTTL on a budget of its own, so that a flood of
+// made-up tokens from some clients does not spend the reviews of the others.
+func (a *Authorizer) CheckFrom(ctx context.Context, client, token string) (Decision, error) {
 	if !validToken(token) {
 		return Unauthenticated, nil
 	}
@@ -216,7 +252,7 @@ func (a *Authorizer) Check(ctx context.Context, token string) (Decision, error) 
 	}
 	// A token whose allow just expired is reviewed again whatever the budget:
 	// a flood of made-up tokens must not lock out the scraper it cannot be.
-	if !renew && !a.take(now) {
+	if !renew && !a.take(client, now) {
 		warn := now.Sub(a.loggedT) >= time.Minute
 		if warn {
 			a.loggedT = now
@@ -240,6 +276,9 @@ func (a *Authorizer) Check(ctx context.Context, token string) (Decision, error) 
 	switch {
 	case f.err == nil:
 		a.store(key, f.d, a.cfg.Now())
+		if f.d == Unauthenticated && client != "" {
+			a.markSuspect(client, a.cfg.Now())
+		}
 	case renew:
 		a.forget(key) // the next attempt waits for the budget like any other
 	}
@@ -290,17 +329,35 @@ func (a *Authorizer) store(key [sha256.Size]byte, d Decision, now time.Time) {
 	a.entries[key] = a.lru.PushFront(&entry{key: key, d: d, expires: now.Add(ttl)})
 }
 
-// take takes a review from the token bucket.
-func (a *Authorizer) take(now time.Time) bool {
-	if el := now.Sub(a.filled); el > 0 {
-		a.bucket = min(float64(a.cfg.ReviewBurst), a.bucket+el.Seconds()*a.cfg.ReviewsPerSecond)
-		a.filled = now
+// take takes a review from client's budget: the suspects' while client is
+// marked, else the others'.
+func (a *Authorizer) take(client string, now time.Time) bool {
+	if until, ok := a.suspects[client]; ok {
+		if now.Before(until) {
+			return a.suspect.take(now, a.cfg.ReviewsPerSecond, a.cfg.ReviewsPerSecond)
+		}
+		delete(a.suspects, client)
 	}
-	if a.bucket < 1 {
-		return false
+	return a.clean.take(now, a.cfg.ReviewsPerSecond, float64(a.cfg.ReviewBurst))
+}
+
+// markSuspect marks client for SuspectTTL, dropping expired marks (or, when
+// none has expired, any one) to keep at most MaxEntries.
+func (a *Authorizer) markSuspect(client string, now time.Time) {
+	if _, ok := a.suspects[client]; !ok && len(a.suspects) >= a.cfg.MaxEntries {
+		for c, until := range a.suspects {
+			if !now.Before(until) {
+				delete(a.suspects, c)
+			}
+		}
+		for c := range a.suspects {
+			if len(a.suspects) < a.cfg.MaxEntries {
+				break
+			}
+			delete(a.suspects, c)
+		}
 	}
-	a.bucket--
-	return true
+	a.suspects[client] = now.Add(SuspectTTL)
 }
 
 // validToken reports whether token is an RFC 6750 b64token of at most MaxTokenBytes:

@@ -11,31 +11,29 @@
 //
 // # The fake kernel
 //
-// New returns a Kernel that looks like a fresh network namespace. Code
-// under test talks to it through FakeConn sockets (Kernel.DialConn): sockets
-// with the methods of rtnl.Conn that carry real rtnetlink messages
-// (encoded with github.com/jsimonetti/rtnetlink/v2) through a real
-// *netlink.Conn, so the library's own sequence checks and error decoding
-// apply. Kernel.NetNS is a netwatch.NetNS: given to netwatch.Options.NetNS
-// or netwatch.DialApplier, it runs a watcher or an applier on the fake. Tests build state and make "foreign"
-// changes with the Kernel's Go API (AddLink, SetLinkUp, AddRoute, DelRule,
-// …), read it back (Links, Addrs, Routes, Rules), inject faults
-// (InjectENOBUFS, SetDumpIntr, FailNext, FailAll) and inspect what was
+// New returns a Kernel that looks like a fresh network namespace, in
+// netwatch's own types. Kernel.NetNS is a netwatch.NetNS: given to
+// netwatch.Options.NetNS or netwatch.DialApplier, it runs a watcher or an
+// applier on the fake, over real rtnetlink messages (encoded with
+// github.com/jsimonetti/rtnetlink/v2) through a real *netlink.Conn, so the
+// library's own sequence checks and error decoding apply. Tests build state
+// and make "foreign" changes with the Kernel's methods (AddLink, SetLinkUp,
+// AddRoute, DelRule, …; Program for another program's requests, whose
+// events carry its port), read it back as a netwatch.Snapshot, inject
+// faults (Overflow, SetDumpIntr, FailNext, FailAll) and inspect what was
 // asked (Requests).
 //
-// The answers were taken from a 6.18 kernel, and TestKernelFaithful checks
-// them against the running kernel by sending both the same requests. The
-// package models Linux and builds only there.
+// The answers were taken from a 6.18 kernel, and the fake's own tests
+// check them against the running kernel by sending both the same requests.
+// The fake kernel models Linux and builds only there; the package builds
+// everywhere.
 //
 // # Concurrency
 //
-// A Kernel and its FakeConn sockets are safe for concurrent use: one mutex
-// serializes every change, so events reach all subscribers in the same
-// order. A FakeConn behaves like a *netlink.Conn: a blocked ReceiveIter
-// holds the conn, so a subscriber socket should not also send requests.
-// Nothing starts goroutines; closing every FakeConn (or the Kernel) leaves
-// nothing behind. NetNS pins one locked OS thread per namespace until the
-// test ends.
+// A Kernel is safe for concurrent use: one mutex serializes every change,
+// so events reach all subscribers in the same order. Nothing starts
+// goroutines; closing the Kernel leaves nothing behind. NetNS pins one
+// locked OS thread per namespace until the test ends.
 //
 // # What is modelled
 //
@@ -56,9 +54,9 @@
 //     (RTM_GETROUTE without a dump) through the rules, with marks, "not",
 //     RTM_F_LOOKUP_TABLE and RTM_F_FIB_MATCH.
 //   - Rules of both families in kernel order, plus the fixed rules of the
-//     multicast-routing families 128 and 129 in dumps where the kernel has
-//     them (Behavior.MulticastRules: NewWith(ns.Behavior(t)) follows the
-//     kernel a test runs on, New the distributions'); NLM_F_REPLACE adds
+//     multicast-routing families 128 and 129 in dumps, as the distributions'
+//     kernels have them (the fake's own tests follow the kernel they run on,
+//     which may lack them); NLM_F_REPLACE adds
 //     a duplicate, NLM_F_EXCL is EEXIST on an identical rule (the kernel
 //     does not compare "not"), a delete removes the first rule matching
 //     what it names, a mark without a mask means mask 0xffffffff.
@@ -77,7 +75,7 @@
 //     an event that does not fit is lost and the next receive fails with
 //     ENOBUFS; from then on every event for that conn is dropped without
 //     another error until its queue has been read empty (the kernel's
-//     NETLINK_S_CONGESTED; TestKernelCongestion checks it on the kernel).
+//     NETLINK_S_CONGESTED, checked on the kernel).
 //   - Replies as the kernel sends them: multi-part dumps in several
 //     datagrams, DONE on its own, errors of dumps in DONE, NLMSG_ERROR
 //     echoing the request with the extended-ack message.
@@ -97,11 +95,12 @@
 //
 // # Real-kernel tests
 //
-// RequireKernel skips a test that cannot run here (not root, no network
-// namespaces, no ip(8)); MARKSPLIT_KERNEL_TESTS=1 turns the skip into a
-// failure. NewNetNS gives a test a fresh namespace (dial into it with
-// netlink.Config{NetNS: ns.FD()}, inspect it with ns.IP and ns.IPJSON) and
-// removes it when the test ends. For programs built on netwatch,
+// NewNetNS gives a test a fresh namespace, and skips a test that cannot
+// run here (not root, no network namespaces, no ip(8)); RequireKernel,
+// called first, fails it instead, for a CI that must not skip (this
+// project's tests call it when MARKSPLIT_KERNEL_TESTS=1). Dial into the
+// namespace with netlink.Config{NetNS: ns.FD()}, inspect it with ns.IP and
+// ns.IPJSON; it is removed when the test ends. For programs built on netwatch,
 // ns.StartProgram runs one in the namespace for the length of a test,
 // ns.WaitRoute and ns.WaitOwned wait for `ip route get` and the owned
 // table and priority to show what the test expects, and BuildProgram with

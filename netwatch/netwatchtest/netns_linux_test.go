@@ -24,6 +24,15 @@ type ipLink struct {
 	} `json:"linkinfo"`
 }
 
+// linkDump is a dump request for every link.
+func linkDump() netlink.Message {
+	b, err := (&rtnetlink.LinkMessage{}).MarshalBinary()
+	if err != nil {
+		panic(err)
+	}
+	return netlink.Message{Header: netlink.Header{Type: unix.RTM_GETLINK, Flags: netlink.Request | netlink.Dump}, Data: b}
+}
+
 func linkNames(t *testing.T, ns *NetNS) []string {
 	t.Helper()
 	var links []ipLink
@@ -67,7 +76,7 @@ func TestKernelNetNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	msgs, err := c.Execute(request(unix.RTM_GETLINK, fDump, &rtnetlink.LinkMessage{}))
+	msgs, err := c.Execute(linkDump())
 	if err != nil || len(msgs) != 2 {
 		t.Errorf("dump of b through its handle: %d links, %v", len(msgs), err)
 	}
@@ -77,7 +86,7 @@ func TestKernelNetNS(t *testing.T) {
 			return err
 		}
 		defer c.Close()
-		msgs, err := c.Execute(request(unix.RTM_GETLINK, fDump, &rtnetlink.LinkMessage{}))
+		msgs, err := c.Execute(linkDump())
 		if len(msgs) != 3 {
 			t.Errorf("dump inside a: %d links, want 3", len(msgs))
 		}

@@ -48,9 +48,11 @@ type object struct {
 	by          netwatch.Origin
 	fighting    bool
 	ep          *episode // while fighting
-	// diverged is set once the kernel was seen to keep the route
-	// otherwise than the Reconciler wrote it (diverging).
-	diverged bool
+	// wrote is the route the Reconciler last wrote to this key (hasWrote);
+	// diverged is set once the kernel was seen to keep it otherwise
+	// (diverging).
+	wrote              netwatch.Route
+	hasWrote, diverged bool
 }
 
 // episode is a fight with one program, over as many objects as it undoes
@@ -77,8 +79,12 @@ func (l *loop) observe(v netwatch.View, now time.Time) {
 		for _, o := range l.objs {
 			o.made = false
 		}
+		for h, po := range l.plain {
+			po.made = false
+			l.plain[h] = po
+		}
 	}
-	if len(l.objs) == 0 {
+	if len(l.objs) == 0 && len(l.plain) == 0 {
 		return
 	}
 	for e := range entries {
@@ -93,7 +99,20 @@ func (l *loop) observe(v netwatch.View, now time.Time) {
 		}
 		o := l.objs[id]
 		if o == nil {
-			continue
+			h := l.objectHash(id)
+			po, ok := l.plain[h]
+			if !ok || !po.made {
+				continue // unknown, or not as made: no undo, and nothing to note
+			}
+			if or := e.Origin; or.Kind == netwatch.OriginProgram && or.Port != l.port && !e.Created {
+				o = l.lookup(id) // an undo: it is a full object from now on
+			} else if or.Kind != netwatch.OriginSelf && !(or.Kind == netwatch.OriginProgram && or.Port == l.port) {
+				po.made = false
+				l.plain[h] = po
+				continue
+			} else {
+				continue
+			}
 		}
 		switch or := e.Origin; {
 		case or.Kind == netwatch.OriginSelf, or.Kind == netwatch.OriginProgram && or.Port == l.port:
@@ -121,9 +140,19 @@ func (l *loop) diverging(ops []netwatch.Op, lines []string) {
 		if op.Kind != netwatch.RouteReplace || !op.HasWas {
 			continue
 		}
-		o := l.objs[opObjectID(op)]
-		if o == nil || !o.made || o.diverged {
-			continue
+		id := opObjectID(op)
+		o := l.objs[id]
+		switch {
+		case o == nil:
+			// A plain object keeps a hash of the route it wrote: only one
+			// that diverges becomes a full object, to be warned of once.
+			po, ok := l.plain[l.objectHash(id)]
+			if !ok || !po.made || po.wrote == 0 || po.wrote != l.routeHash(op.Route.Clean()) {
+				continue
+			}
+			o = l.lookup(id)
+		case !o.made || o.diverged || !o.hasWrote || !o.wrote.Equal(op.Route.Clean()):
+			continue // not the same route written again over what it made
 		}
 		o.diverged = true
 		l.log.Warn("reconcile: the kernel keeps a route otherwise than desired, so every pass rewrites it; desire it as the kernel reports it",
@@ -150,9 +179,11 @@ func (l *loop) admit(ops []netwatch.Op, texts []string, now time.Time) int {
 	for i, op := range ops {
 		id := opObjectID(op)
 		o := l.objs[id]
+		if o == nil && l.plainAdmit(id, now) {
+			continue // changed once: a plain object, its bucket full before
+		}
 		if o == nil {
-			o = &object{tokens: float64(l.burst), at: now}
-			l.objs[id] = o
+			o = l.lookup(id)
 		}
 		o.tokens = min(float64(l.burst), o.tokens+float64(now.Sub(o.at))/float64(l.interval))
 		o.at = now
@@ -167,8 +198,17 @@ func (l *loop) admit(ops []netwatch.Op, texts []string, now time.Time) int {
 
 // made records that the kernel holds op's object as op made it.
 func (l *loop) made(op netwatch.Op, now time.Time) {
-	if o := l.objs[opObjectID(op)]; o != nil {
+	id := opObjectID(op)
+	if o := l.objs[id]; o != nil {
 		o.made, o.touched = true, now
+		o.hasWrote = op.Kind == netwatch.RouteReplace
+		if o.hasWrote {
+			o.wrote = op.Route.Clean()
+		}
+	} else if op.Kind == netwatch.RouteReplace {
+		l.plainMade(id, l.routeHash(op.Route.Clean()))
+	} else {
+		l.plainMade(id, 0)
 	}
 }
 
@@ -256,6 +296,9 @@ func (l *loop) sweep(now time.Time) (next time.Time) {
 		if gc && now.Sub(o.touched) > forgetAfter && now.Sub(o.last) > forgetAfter {
 			delete(l.objs, id)
 		}
+	}
+	if gc {
+		l.forgetPlain(now.Add(-forgetAfter))
 	}
 	return next
 }

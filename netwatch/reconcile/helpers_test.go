@@ -10,7 +10,6 @@ import (
 
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/netwatchtest"
-	"golang.org/x/sys/unix"
 )
 
 // fakeHost is a small host: eth0 with addresses of both families, routes
@@ -24,12 +23,12 @@ func fakeHost(t *testing.T) (*netwatchtest.Kernel, uint32) {
 	for _, err := range []error{
 		k.AddAddr(eth, netip.MustParsePrefix("10.0.0.5/16")),
 		k.AddAddr(eth, netip.MustParsePrefix("fd00::5/64")),
-		k.AddRoute(netwatchtest.Route{Dst: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}),
-		k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
+		k.AddRoute(netwatch.Route{Dst: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}),
+		k.AddRoute(netwatch.Route{Table: 900, Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
 			Index: eth, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355, Protocol: 77}),
-		k.AddRoute(netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("fd01::/64"), Gateway: netip.MustParseAddr("fd00::1"), Index: eth, MTU: 1355}),
-		k.AddRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
-		k.AddRule(netwatchtest.Rule{Family: unix.AF_INET6, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
+		k.AddRoute(netwatch.Route{Table: 900, Dst: netip.MustParsePrefix("fd01::/64"), Gateway: netip.MustParseAddr("fd00::1"), Index: eth, MTU: 1355}),
+		k.AddRule(netwatch.Rule{Family: netwatch.IPv4, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
+		k.AddRule(netwatch.Rule{Family: netwatch.IPv6, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
 	} {
 		if err != nil {
 			t.Fatal(err)

@@ -79,6 +79,16 @@ func (e *PlanError) Unwrap() error { return e.Err }
 // priority are added in the order given; Plan does not reorder rules the
 // kernel already holds.
 func Plan(v netwatch.View, d Desired) ([]netwatch.Op, error) {
+	p, err := newPlan(v, d)
+	if err != nil {
+		return nil, err
+	}
+	return p.next(v, 0), nil
+}
+
+// newPlan checks v and d and returns the planner that yields Plan's
+// operations, all at once or a chunk at a time (plan_chunks.go).
+func newPlan(v netwatch.View, d Desired) (*planner, error) {
 	if !v.Synced() {
 		return nil, fmt.Errorf("reconcile: plan: %w", ErrNotSynced)
 	}
@@ -89,31 +99,31 @@ func Plan(v netwatch.View, d Desired) ([]netwatch.Op, error) {
 	if err := p.checkCached(v); err != nil {
 		return nil, &PlanError{err}
 	}
-	p.planRoutes(v)
-	p.planRules(v)
-	p.planRepairs(v)
-	return p.ops(), nil
+	return p, nil
 }
 
+// planner holds what Plan needs of a Desired between chunks: the owned
+// scope as sets, and the desired routes and repairs as indexes into d,
+// sorted, one per key (plan_chunks.go). It copies no route: a pass over a
+// full table costs four bytes a desired route here, not a map of them.
 type planner struct {
-	tables  map[ownedTable]bool
-	prios   map[ownedPriority]bool
-	routes  map[netwatch.RouteKey]netwatch.Route
+	tables map[ownedTable]bool
+	prios  map[ownedPriority]bool
+	d      Desired
+	// routes are the indexes of d.Routes in the order their replaces
+	// run (routeOrder), the last given of each key; repairs those of
+	// d.Repairs by key.
+	routes  []int32
+	repairs []int32
 	rules   map[ownedPriority][]netwatch.Rule // deduplicated, in the order given
-	repairs map[netwatch.RouteKey]netwatch.Route
 
-	replaces []opGroup     // desired routes, with any deletes they need first
-	ruleAdds []opGroup     // rule adds, with any deletes they need first
-	fixes    []netwatch.Op // repairs
-	ruleDels []opGroup
-	routeDel []netwatch.Op
+	cursor
 }
 
 // opGroup is the operations for one route key or one rule priority, in
 // the order they must run.
 type opGroup struct {
-	key  netwatch.RouteKey // route groups
-	prio ownedPriority     // rule groups
+	prio ownedPriority // rule groups
 	ops  []netwatch.Op
 }
 
@@ -122,11 +132,10 @@ type opGroup struct {
 // errors are a bug in the policy, named as the log lines name things.
 func newPlanner(v netwatch.View, d Desired) (*planner, error) {
 	p := &planner{
-		tables:  make(map[ownedTable]bool),
-		prios:   make(map[ownedPriority]bool),
-		routes:  make(map[netwatch.RouteKey]netwatch.Route),
-		rules:   make(map[ownedPriority][]netwatch.Rule),
-		repairs: make(map[netwatch.RouteKey]netwatch.Route),
+		tables: make(map[ownedTable]bool),
+		prios:  make(map[ownedPriority]bool),
+		d:      d,
+		rules:  make(map[ownedPriority][]netwatch.Rule),
 	}
 	if err := p.own(d.Own); err != nil {
 		return nil, err
@@ -166,23 +175,24 @@ func (p *planner) own(owned Owned) error {
 	return nil
 }
 
-// wantRoutes records the desired routes by key, with the kernel's metric
-// for IPv6's 0. Each must be in an owned table, and two with one key must
-// be the same route: a key holds one desired route.
+// wantRoutes indexes the desired routes by key (IPv6's metric 0 as the
+// kernel's), in routeOrder. Each must be in an owned table, and two with one
+// key must be the same route: a key holds one desired route.
 func (p *planner) wantRoutes(v netwatch.View, rs []netwatch.Route) error {
-	for _, r := range rs {
-		if err := checkRoute(r); err != nil {
-			return fmt.Errorf("%s: %w", planRouteName(v, r), err)
+	for i := range rs {
+		r := &rs[i]
+		if err := checkRoute(*r); err != nil {
+			return fmt.Errorf("%s: %w", planRouteName(v, *r), err)
 		}
-		r = r.Clean()
 		if !p.tables[ownedTable{r.Family, r.Table}] {
-			return fmt.Errorf("%s: table %v is not owned", planRouteName(v, r), r.Table)
+			return fmt.Errorf("%s: table %v is not owned", planRouteName(v, r.Clean()), r.Table)
 		}
-		if o, ok := p.routes[r.Key()]; ok && !o.Matches(r) {
-			return fmt.Errorf("%s and %s: one key, two routes", planRouteName(v, o), planRouteName(v, r))
-		}
-		p.routes[r.Key()] = r
 	}
+	idx, err := indexByKey(rs, routeOrder)
+	if err != nil {
+		return fmt.Errorf("%s and %s: one key, two routes", planRouteName(v, err.a), planRouteName(v, err.b))
+	}
+	p.routes = idx
 	return nil
 }
 
@@ -217,23 +227,24 @@ func (p *planner) wantRules(rs []netwatch.Rule) error {
 	return nil
 }
 
-// wantRepairs records the repairs by key, as wantRoutes does the desired
+// wantRepairs indexes the repairs by key, as wantRoutes does the desired
 // routes, but each outside the owned tables: a repair changes a foreign
 // route, and an owned one is the policy's to desire.
 func (p *planner) wantRepairs(v netwatch.View, rs []netwatch.Route) error {
-	for _, r := range rs {
-		if err := checkRoute(r); err != nil {
-			return fmt.Errorf("repair of %s: %w", planRouteName(v, r), err)
+	for i := range rs {
+		r := &rs[i]
+		if err := checkRoute(*r); err != nil {
+			return fmt.Errorf("repair of %s: %w", planRouteName(v, *r), err)
 		}
-		r = r.Clean()
 		if p.tables[ownedTable{r.Family, r.Table}] {
-			return fmt.Errorf("repair of %s: table %v is owned", planRouteName(v, r), r.Table)
+			return fmt.Errorf("repair of %s: table %v is owned", planRouteName(v, r.Clean()), r.Table)
 		}
-		if o, ok := p.repairs[r.Key()]; ok && !o.Matches(r) {
-			return fmt.Errorf("repairs of %s and %s: one key, two routes", planRouteName(v, o), planRouteName(v, r))
-		}
-		p.repairs[r.Key()] = r
 	}
+	idx, err := indexByKey(rs, netwatch.RouteKey.Compare)
+	if err != nil {
+		return fmt.Errorf("repairs of %s and %s: one key, two routes", planRouteName(v, err.a), planRouteName(v, err.b))
+	}
+	p.repairs = idx
 	return nil
 }
 
@@ -252,8 +263,8 @@ func (p *planner) checkCached(v netwatch.View) error {
 			return fmt.Errorf("owned table %v is not in the cache (the watcher's Options.RouteTables leaves it out)", t.Table)
 		}
 	}
-	for _, r := range p.repairs {
-		if !v.Cached(r.Table) {
+	for _, i := range p.repairs {
+		if r := p.d.Repairs[i]; !v.Cached(r.Table) {
 			return fmt.Errorf("repair of %v route %s: table %v is not in the cache (the watcher's Options.RouteTables leaves it out)", r.Family, r.Describe(v.Link), r.Table)
 		}
 	}
@@ -299,73 +310,49 @@ func checkRule(r netwatch.Rule) error {
 	return nil
 }
 
-func (p *planner) planRoutes(v netwatch.View) {
-	// The keys of owned tables that nothing desires are few (none, once
-	// converged): only they are collected, not every key of a table.
-	var extra map[netwatch.RouteKey]bool
-	for t := range p.tables {
-		for r := range v.Routes(t.Family, t.Table) {
-			if k := r.Key(); !extra[k] {
-				if _, ok := p.routes[k]; !ok {
-					if extra == nil {
-						extra = make(map[netwatch.RouteKey]bool)
-					}
-					extra[k] = true
-				}
-			}
-		}
-	}
-	for k := range extra {
-		// Deleting in kernel order removes the first route with the key
-		// each time: the one named.
-		for _, r := range v.Route(k) {
-			p.routeDel = append(p.routeDel, netwatch.Op{Kind: netwatch.RouteDelete, Route: r})
-		}
-	}
-	for k, want := range p.routes {
-		p.planKey(k, v.Route(k), want)
-	}
-}
-
-// planKey plans a desired key: keep or replace, and delete the extras.
-func (p *planner) planKey(k netwatch.RouteKey, cur []netwatch.Route, want netwatch.Route) {
+// planKey plans a desired key: keep or replace, and delete the extras. It
+// returns the operations that run with the replaces, and whether the key
+// has extra routes left for the route deletes (routeDels).
+func planKey(cur []netwatch.Route, want netwatch.Route) (ops []netwatch.Op, dels bool) {
 	want = want.Clean()
-	var first, dels []netwatch.Op
-	if i := slices.IndexFunc(cur, func(r netwatch.Route) bool { return want.Matches(r) }); i >= 0 {
-		for j, r := range cur {
-			if j != i {
-				dels = append(dels, netwatch.Op{Kind: netwatch.RouteDelete, Route: r})
-			}
-		}
-	} else {
+	var first []netwatch.Op
+	keep, ndel := slices.IndexFunc(cur, func(r netwatch.Route) bool { return want.Matches(r) }), len(cur)-1
+	if keep < 0 {
 		op := netwatch.Op{Kind: netwatch.RouteReplace, Route: want}
 		if len(cur) > 0 {
 			op.Was, op.HasWas = cur[0], true
-			for _, r := range cur[1:] {
-				dels = append(dels, netwatch.Op{Kind: netwatch.RouteDelete, Route: r})
-			}
+		} else {
+			ndel = 0
 		}
 		first = append(first, op)
 	}
-	if len(first) == 0 && len(dels) == 0 {
-		return // the kernel has the desired route alone: the converged case
+	if len(first) == 0 && ndel == 0 {
+		return nil, false // the kernel has the desired route alone: the converged case
 	}
-	if got := simulateRoutes(cur, append(slices.Clone(first), dels...)); len(got) == 1 && want.Matches(got[0]) {
-		if len(first) > 0 {
-			p.replaces = append(p.replaces, opGroup{key: k, ops: first})
-		}
-		p.routeDel = append(p.routeDel, dels...)
-		return
+	if got := simulateRoutes(cur, slices.Concat(first, keyDels(cur, want))); len(got) == 1 && want.Matches(got[0]) {
+		return first, ndel > 0
 	}
 	// An extra route names fewer attributes than the desired route ahead
 	// of it, so deleting it would remove the desired one: delete every
 	// route with the key in kernel order, then add the desired one.
-	var ops []netwatch.Op
 	for _, r := range cur {
 		ops = append(ops, netwatch.Op{Kind: netwatch.RouteDelete, Route: r})
 	}
-	ops = append(ops, netwatch.Op{Kind: netwatch.RouteReplace, Route: want})
-	p.replaces = append(p.replaces, opGroup{key: k, ops: ops})
+	return append(ops, netwatch.Op{Kind: netwatch.RouteReplace, Route: want}), false
+}
+
+// keyDels are the deletes of the routes with a desired key other than the
+// one kept: the first that matches want, or else the first, which the
+// replace changes into it.
+func keyDels(cur []netwatch.Route, want netwatch.Route) []netwatch.Op {
+	keep := max(0, slices.IndexFunc(cur, func(r netwatch.Route) bool { return want.Matches(r) }))
+	var dels []netwatch.Op
+	for j, r := range cur {
+		if j != keep {
+			dels = append(dels, netwatch.Op{Kind: netwatch.RouteDelete, Route: r})
+		}
+	}
+	return dels
 }
 
 // simulateRoutes applies route operations to the routes of one key, the
@@ -429,6 +416,11 @@ func (p *planner) planRules(v netwatch.View) {
 		}
 		p.planPriority(o, cur, p.rules[o])
 	}
+	byPrio := func(a, b opGroup) int {
+		return cmp.Or(cmp.Compare(a.prio.Family, b.prio.Family), cmp.Compare(a.prio.Priority, b.prio.Priority))
+	}
+	slices.SortFunc(p.ruleAdds, byPrio)
+	slices.SortFunc(p.ruleDels, byPrio)
 }
 
 // planPriority plans the rules at one owned priority.
@@ -572,45 +564,15 @@ func ruleSelectorsMatch(req, r netwatch.Rule) bool {
 		(req.Flow == 0 || req.Flow == r.Flow)
 }
 
-func (p *planner) planRepairs(v netwatch.View) {
-	for k, rep := range p.repairs {
-		cur := v.Route(k)
-		if len(cur) == 0 || slices.ContainsFunc(cur, func(r netwatch.Route) bool { return rep.Matches(r) }) {
-			continue
-		}
-		// A replace changes the first route with the key.
-		p.fixes = append(p.fixes, netwatch.Op{Kind: netwatch.RouteReplace, Route: rep.Clean(), Was: cur[0], HasWas: true, Repair: true})
+// planRepair plans a repair: a replace of the first route with its key,
+// unless none or one that matches is there.
+func planRepair(v netwatch.View, rep netwatch.Route) (netwatch.Op, bool) {
+	rep = rep.Clean()
+	cur := v.Route(rep.Key())
+	if len(cur) == 0 || slices.ContainsFunc(cur, func(r netwatch.Route) bool { return rep.Matches(r) }) {
+		return netwatch.Op{}, false
 	}
-}
-
-func (p *planner) ops() []netwatch.Op {
-	// Desired routes: more specific first.
-	slices.SortFunc(p.replaces, func(a, b opGroup) int {
-		return cmp.Or(
-			cmp.Compare(a.key.Family, b.key.Family), cmp.Compare(a.key.Table, b.key.Table),
-			-cmp.Compare(a.key.Dst.Bits(), b.key.Dst.Bits()), a.key.Compare(b.key))
-	})
-	byPrio := func(a, b opGroup) int {
-		return cmp.Or(cmp.Compare(a.prio.Family, b.prio.Family), cmp.Compare(a.prio.Priority, b.prio.Priority))
-	}
-	slices.SortFunc(p.ruleAdds, byPrio)
-	slices.SortFunc(p.ruleDels, byPrio)
-	slices.SortFunc(p.fixes, func(a, b netwatch.Op) int { return a.Route.Key().Compare(b.Route.Key()) })
-	// Route deletes by key; routes with one key stay in kernel order.
-	slices.SortStableFunc(p.routeDel, func(a, b netwatch.Op) int { return a.Route.Key().Compare(b.Route.Key()) })
-
-	var ops []netwatch.Op
-	for _, g := range p.replaces {
-		ops = append(ops, g.ops...)
-	}
-	for _, g := range p.ruleAdds {
-		ops = append(ops, g.ops...)
-	}
-	ops = append(ops, p.fixes...)
-	for _, g := range p.ruleDels {
-		ops = append(ops, g.ops...)
-	}
-	return append(ops, p.routeDel...)
+	return netwatch.Op{Kind: netwatch.RouteReplace, Route: rep, Was: cur[0], HasWas: true, Repair: true}, true
 }
 
 // ruleName names r in a plan error as the log lines do: "rule 900 (inet6):

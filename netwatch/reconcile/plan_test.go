@@ -294,8 +294,49 @@ func TestPlan(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got, cmpNet, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("Plan (-want +got):\n%s", diff)
 			}
+			// In chunks, from the same view: the same operations in the
+			// same order, each chunk within its limit unless one group
+			// (a key's or a priority's operations) is longer.
+			for limit := 1; limit <= 3; limit++ {
+				p, err := newPlan(tt.state.View(), tt.d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var all []netwatch.Op
+				for chunks := 0; !p.done(); chunks++ {
+					if chunks > len(tt.want)+5 {
+						t.Fatalf("limit %d: still not done after %d chunks", limit, chunks)
+					}
+					c := p.next(tt.state.View(), limit)
+					if len(c) > limit && !oneGroup(c, limit) {
+						t.Errorf("limit %d: a chunk of %d operations: %v", limit, len(c), c)
+					}
+					all = append(all, c...)
+				}
+				if diff := cmp.Diff(tt.want, all, cmpNet, cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("limit %d: chunks (-want +got):\n%s", limit, diff)
+				}
+			}
 		})
 	}
+}
+
+// oneGroup reports whether a chunk over its limit was below it before
+// its last step: a route key's group (never split), or a rule phase (the
+// adds, or the deletes, of every owned priority, which run whole).
+func oneGroup(ops []netwatch.Op, limit int) bool {
+	last := ops[len(ops)-1]
+	n := len(ops)
+	for n > 0 {
+		op := ops[n-1]
+		rule := op.Kind == netwatch.RuleAdd || op.Kind == netwatch.RuleDelete
+		lastRule := last.Kind == netwatch.RuleAdd || last.Kind == netwatch.RuleDelete
+		if rule != lastRule || !rule && op.Route.Key() != last.Route.Key() {
+			break
+		}
+		n--
+	}
+	return n < limit
 }
 
 func TestPlanNotSynced(t *testing.T) {

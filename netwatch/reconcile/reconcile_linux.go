@@ -3,6 +3,7 @@
 package reconcile
 
 import (
+	"hash/maphash"
 	"strings"
 	"syscall"
 
@@ -82,7 +83,10 @@ type Reconciler struct {
 	// have, with its line, instead of the Logger.
 	OnChange func(op netwatch.Op, line string)
 	// OnPass, when set, is called after each pass with what it did (for
-	// metrics, and for tests to wait on).
+	// metrics, and for tests to wait on). A pass of more than a thousand
+	// operations plans and applies them a chunk at a time, each chunk from
+	// a view that holds the ones before, so that its memory does not grow
+	// with its size: OnPass is told of each chunk as of a pass.
 	OnPass func(Pass)
 	// OnFight, when set, is called when a fight starts and when it ends.
 	OnFight func(Fight)
@@ -208,7 +212,7 @@ func (r *Reconciler) Once(ctx context.Context) error {
 	}
 	const passes = 4
 	for i := 0; ; {
-		p, lines, ch := l.pass(ctx)
+		p, first, planned, ch := l.pass(ctx, nil)
 		switch {
 		case p.Err != nil:
 			return p.Err
@@ -220,11 +224,11 @@ func (r *Reconciler) Once(ctx context.Context) error {
 			case <-r.trig.c():
 			}
 			continue
-		case len(lines) == 0 && p.Deferred == 0:
+		case planned == 0 && p.Deferred == 0:
 			return nil
 		}
 		if i++; i == passes {
-			return fmt.Errorf("%w after %d passes: %s", ErrNotConverged, passes, lines[0])
+			return fmt.Errorf("%w after %d passes: %s", ErrNotConverged, passes, first)
 		}
 		if p.Deferred > 0 {
 			select {
@@ -265,7 +269,9 @@ type loop struct {
 	burst    int
 	interval time.Duration
 	bo       backoff.BackOff
-	objs     map[objectID]*object
+	objs     map[objectID]*object   // full objects (objects_linux.go)
+	plain    map[uint64]plainObject // plain objects, by objectHash
+	seed     maphash.Seed
 	mark     uint64              // journal position observed so far
 	port     uint32              // the Applier's netlink port
 	lastErr  string              // of the last failed pass, logged once
@@ -280,7 +286,7 @@ func (r *Reconciler) newLoop() (*loop, error) {
 	if r.Watcher == nil || r.Applier == nil || r.Policy == nil {
 		return nil, errIncomplete
 	}
-	l := &loop{r: r, log: r.Logger, describe: r.Describe, objs: make(map[objectID]*object), episodes: make(map[string]*episode), port: r.Applier.Port()}
+	l := &loop{r: r, log: r.Logger, describe: r.Describe, objs: make(map[objectID]*object), plain: make(map[uint64]plainObject), seed: maphash.MakeSeed(), episodes: make(map[string]*episode), port: r.Applier.Port()}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -340,7 +346,7 @@ func (l *loop) run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		p, _, changed := l.pass(ctx)
+		p, _, _, changed := l.pass(ctx, l.r.OnPass)
 		wake := l.next(p) // when a pass is due without a trigger
 		if l.r.OnPass != nil {
 			l.r.OnPass(p)
@@ -443,16 +449,19 @@ func (l *loop) next(p Pass) time.Time {
 }
 
 // pass plans from the cache and applies what the rate limit allows,
-// reporting each change. It returns the pass, the lines of the operations
-// planned, and the channel closed at the next change after the view it
-// planned from.
-func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan struct{}) {
+// reporting each change, a chunk at a time (chunkOps): each chunk is
+// planned from a view read after the one before was applied and has
+// reached the cache. It returns the pass (of its last chunk: onChunk, when
+// set, is told of the others), the line of the first operation planned and
+// how many were, and the channel closed at the next change after the view
+// it last planned from.
+func (l *loop) pass(ctx context.Context, onChunk func(Pass)) (p Pass, first string, planned int, changed <-chan struct{}) {
 	now := time.Now()
 	l.lastPass = now
-	defer func() { p.Took = time.Since(now) }()
+	start := now
+	defer func() { p.Took = time.Since(start) }()
 	p, pl := l.plan(now)
 	l.lastPlan = time.Since(now)
-	ops, changed := pl.ops, pl.changed
 	l.fightEnd = l.sweep(now)
 	if p.Planned {
 		l.note(pl.notes)
@@ -460,39 +469,72 @@ func (l *loop) pass(ctx context.Context) (p Pass, lines []string, changed <-chan
 	switch {
 	case !p.Planned:
 		l.r.converged.Store(false)
-		return p, nil, changed
+		return p, "", 0, pl.changed
 	case p.Err != nil:
 		l.failed(p.Err, "")
-		return p, nil, changed
-	case len(ops) == 0:
+		return p, "", 0, pl.changed
+	case len(pl.ops) == 0:
 		l.recovered()
 		l.r.converged.Store(true)
-		return p, nil, changed
+		return p, "", 0, pl.changed
 	}
+	l.r.converged.Store(false)
+	first = pl.lines[0]
+	for {
+		planned += len(pl.ops)
+		changed = pl.changed
+		if !l.apply(ctx, &p, pl, now) || pl.planner.done() {
+			return p, first, planned, changed
+		}
+		// The next chunk, planned from a view that holds this one.
+		if onChunk != nil {
+			p.Took = time.Since(start)
+			onChunk(p)
+		}
+		start, now = time.Now(), time.Now()
+		p = Pass{Planned: true}
+		l.nextChunk(pl, now)
+		if len(pl.ops) == 0 {
+			return p, first, planned, pl.changed
+		}
+	}
+}
+
+// chunkOps is how many operations a pass plans, describes and applies at
+// a time. A chunk's own events (about one an operation) then fit in the
+// cache's journal (2048), so that the next chunk sees who changed what.
+const chunkOps = 1000
+
+// apply applies what the rate limit allows of a chunk, reports it into p,
+// and waits for the cache to hold it. It reports whether the pass goes on:
+// nothing failed and nothing was deferred.
+func (l *loop) apply(ctx context.Context, p *Pass, pl *passPlan, now time.Time) bool {
+	ops := pl.ops
 	l.diverging(ops, pl.lines)
 	n := l.admit(ops, pl.texts, now)
 	p.Deferred = len(ops) - n
 	res, err := l.r.Applier.Apply(ops[:n])
-	refused := l.report(&p, res, ops, pl.lines, now)
+	refused := l.report(p, res, ops, pl.lines, now)
 	if err != nil {
 		p.Err = err
 		l.failed(err, refused)
 	} else {
 		l.recovered()
 	}
-	l.r.converged.Store(false)
 	if len(p.Applied) > 0 || len(p.Already) > 0 {
-		// Plan the next pass from a view that shows these changes, or it
-		// would make (and log) them again.
+		// Plan the next chunk or pass from a view that shows these
+		// changes, or it would make (and log) them again.
 		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
 		l.r.Watcher.Barrier(sctx)
 		cancel()
 	}
-	return p, pl.lines, changed
+	return err == nil && p.Deferred == 0
 }
 
-// passPlan is what a pass takes from the view it plans from.
+// passPlan is what a pass takes from the view it plans from: a chunk of
+// operations, and the planner for the next.
 type passPlan struct {
+	planner *planner
 	ops     []netwatch.Op
 	lines   []string // each op's log line
 	texts   []string // each op's object, for fights
@@ -500,10 +542,10 @@ type passPlan struct {
 	changed <-chan struct{}
 }
 
-// plan reads a view, asks the policy and plans, setting p.Planned and
-// p.Err. It describes the operations while it holds the view: their lines
-// name links as that view has them.
-func (l *loop) plan(now time.Time) (p Pass, pl passPlan) {
+// plan reads a view, asks the policy and plans the first chunk, setting
+// p.Planned and p.Err.
+func (l *loop) plan(now time.Time) (p Pass, pl *passPlan) {
+	pl = &passPlan{}
 	l.r.Watcher.Read(func(v netwatch.View) {
 		pl.changed = v.Changed()
 		l.observe(v, now)
@@ -515,17 +557,33 @@ func (l *loop) plan(now time.Time) (p Pass, pl passPlan) {
 			return
 		}
 		p.Planned, pl.notes = true, d.Notes
-		if pl.ops, p.Err = Plan(v, d); p.Err != nil || len(pl.ops) == 0 {
+		if pl.planner, p.Err = newPlan(v, d); p.Err != nil {
 			return
 		}
-		pl.lines = make([]string, len(pl.ops))
-		pl.texts = make([]string, len(pl.ops))
-		for i, op := range pl.ops {
-			pl.lines[i] = l.describe(op, v.Link)
-			pl.texts[i] = objectText(op, v.Link)
-		}
+		l.chunk(v, pl)
 	})
 	return p, pl
+}
+
+// nextChunk reads a view and plans the next chunk of pl's planner.
+func (l *loop) nextChunk(pl *passPlan, now time.Time) {
+	l.r.Watcher.Read(func(v netwatch.View) {
+		pl.changed = v.Changed()
+		l.observe(v, now)
+		l.chunk(v, pl)
+	})
+}
+
+// chunk plans the next chunk from v and describes its operations while it
+// holds the view: their lines name links as that view has them.
+func (l *loop) chunk(v netwatch.View, pl *passPlan) {
+	pl.ops = pl.planner.next(v, chunkOps)
+	pl.lines = make([]string, len(pl.ops))
+	pl.texts = make([]string, len(pl.ops))
+	for i, op := range pl.ops {
+		pl.lines[i] = l.describe(op, v.Link)
+		pl.texts[i] = objectText(op, v.Link)
+	}
 }
 
 // report sorts the results of applying ops into p, records with made the

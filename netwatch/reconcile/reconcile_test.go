@@ -131,7 +131,7 @@ func nextPass(t *testing.T, passes <-chan passResult, what string) passResult {
 // describeAll describes ops with the fake kernel's link names.
 func describeAll(k *netwatchtest.Kernel, ops []netwatch.Op) []string {
 	links := func(index uint32) (netwatch.Link, bool) {
-		for _, l := range k.Links() {
+		for _, l := range k.Snapshot().Links {
 			if l.Index == index {
 				return netwatch.Link{Index: index, Name: l.Name}, true
 			}
@@ -150,7 +150,7 @@ func describeAll(k *netwatchtest.Kernel, ops []netwatch.Op) []string {
 // world calls for, so nothing was repeated while the cache caught up.
 func TestReconcilerConverges(t *testing.T) {
 	k, eth := fakeHost(t)
-	wg := k.Links()[len(k.Links())-1].Index // cilium_wg0, added last
+	wg := k.Snapshot().Links[len(k.Snapshot().Links)-1].Index // cilium_wg0, added last
 	passes, rec := startReconciler(t, k, &Reconciler{Policy: tunnelPolicy(eth)})
 
 	steps := []struct {
@@ -168,7 +168,7 @@ func TestReconcilerConverges(t *testing.T) {
 			"INFO table 900: 10.1.0.0/16 via 10.0.0.1 dev eth0 src 10.0.0.5 mtu 1300 (was 1355)",
 		}},
 		{"someone deletes the rule", func() error {
-			return k.DelRule(netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77})
+			return k.DelRule(netwatch.Rule{Family: netwatch.IPv4, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77})
 		}, []string{
 			"INFO rule 900: not fwmark 0xe00/0xf00 lookup 900",
 		}},
@@ -238,10 +238,10 @@ func TestReconcilerRetries(t *testing.T) {
 	if warns != 1 {
 		t.Errorf("%d failure lines, want 1", warns)
 	}
-	if rt := slices.IndexFunc(k.Routes(), func(r netwatchtest.Route) bool {
+	if rt := slices.IndexFunc(k.Snapshot().Routes, func(r netwatch.Route) bool {
 		return r.Table == 900 && r.Dst == netip.MustParsePrefix("10.1.0.0/16")
 	}); rt < 0 {
-		t.Errorf("10.1.0.0/16 is not in table 900 after the retry: %v", k.Routes())
+		t.Errorf("10.1.0.0/16 is not in table 900 after the retry: %v", k.Snapshot().Routes)
 	}
 }
 
@@ -249,7 +249,7 @@ func TestReconcilerRetries(t *testing.T) {
 // and Run still returns at cancellation.
 func TestReconcilerWaits(t *testing.T) {
 	k, eth := fakeHost(t)
-	before := k.Rules()
+	before := k.Snapshot().Rules
 	asked := make(chan struct{}, 1)
 	passes, _ := startReconciler(t, k, &Reconciler{Policy: func(v netwatch.View) (Desired, bool) {
 		select {
@@ -272,7 +272,7 @@ func TestReconcilerWaits(t *testing.T) {
 		t.Fatalf("a pass did something: %+v", p)
 	default:
 	}
-	after := k.Rules()
+	after := k.Snapshot().Rules
 	if diff := gocmp.Diff(fmt.Sprint(before), fmt.Sprint(after)); diff != "" {
 		t.Errorf("rules changed (-before +after):\n%s", diff)
 	}
@@ -321,7 +321,7 @@ func TestReconcilerIncomplete(t *testing.T) {
 
 // hotDeleter deletes rule as fast as it can from another program's socket
 // until stop is closed, and counts its successful deletions.
-func hotDeleter(t *testing.T, k *netwatchtest.Kernel, rule netwatchtest.Rule, stop <-chan struct{}) <-chan int {
+func hotDeleter(t *testing.T, k *netwatchtest.Kernel, rule netwatch.Rule, stop <-chan struct{}) <-chan int {
 	t.Helper()
 	prog, err := k.DialProgram()
 	if err != nil {
@@ -366,7 +366,7 @@ func TestReconcilerFight(t *testing.T) {
 
 	stop := make(chan struct{})
 	start := time.Now()
-	deleted := hotDeleter(t, k, netwatchtest.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}, stop)
+	deleted := hotDeleter(t, k, netwatch.Rule{Family: netwatch.IPv4, Priority: 900, Table: 900, Mark: 0xe00, Mask: 0xf00}, stop)
 	// Let it fight for 40 repair intervals.
 	deadline := time.After(5 * time.Second)
 	repairs := 0
@@ -419,7 +419,7 @@ func TestReconcilerKernelFlushIsNoFight(t *testing.T) {
 	var fights atomic.Int32
 	r := &Reconciler{Policy: tunnelPolicy(eth), OnFight: func(Fight) { fights.Add(1) }}
 	_, rec := startReconciler(t, k, r)
-	route := netwatchtest.Route{Table: 900, Dst: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
+	route := netwatch.Route{Table: 900, Dst: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
 		Index: eth, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355, Protocol: 77}
 	for i := range 10 {
 		waitRoute(t, k, route, fmt.Sprintf("flap %d", i))
@@ -443,8 +443,8 @@ func TestReconcilerKernelFlushIsNoFight(t *testing.T) {
 func waitRule(t *testing.T, k *netwatchtest.Kernel, r netwatch.Rule, what string) {
 	t.Helper()
 	if !netwatchtest.Poll(func() bool {
-		for _, kr := range k.Rules() {
-			if kr.Family == unix.AF_INET && kr.Priority == r.Priority && kr.Table == uint32(r.Table) && kr.Invert == r.Invert {
+		for _, kr := range k.Snapshot().Rules {
+			if kr.Family == netwatch.IPv4 && kr.Priority == r.Priority && kr.Table == r.Table && kr.Invert == r.Invert {
 				return true
 			}
 		}
@@ -454,14 +454,14 @@ func waitRule(t *testing.T, k *netwatchtest.Kernel, r netwatch.Rule, what string
 	}
 }
 
-func waitRoute(t *testing.T, k *netwatchtest.Kernel, r netwatchtest.Route, what string) {
+func waitRoute(t *testing.T, k *netwatchtest.Kernel, r netwatch.Route, what string) {
 	t.Helper()
 	if !netwatchtest.Poll(func() bool {
-		return slices.ContainsFunc(k.Routes(), func(kr netwatchtest.Route) bool {
+		return slices.ContainsFunc(k.Snapshot().Routes, func(kr netwatch.Route) bool {
 			return kr.Table == r.Table && kr.Dst == r.Dst && kr.MTU == r.MTU && kr.Index == r.Index
 		})
 	}) {
-		t.Fatalf("%s: route %v not in the kernel: %v", what, r, k.Routes())
+		t.Fatalf("%s: route %v not in the kernel: %v", what, r, k.Snapshot().Routes)
 	}
 }
 
@@ -659,7 +659,7 @@ func TestReconcilerFlushIsOneFight(t *testing.T) {
 	flushes := 0
 	for deadline := time.Now().Add(5 * time.Second); ; flushes++ {
 		fought := 0
-		for _, kr := range k.Routes() {
+		for _, kr := range k.Snapshot().Routes {
 			if kr.Table == 900 && kr.Dst.Addr().As4()[1] == 50 && prog.DelRoute(kr) == nil {
 				undone[kr.Dst]++
 			}

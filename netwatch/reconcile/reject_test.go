@@ -5,6 +5,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"github.com/marksplit/marksplit/internal/kerneltest"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/marksplit/marksplit/netwatch"
-	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 )
 
 // rejectPolicy wants, in table 900, a route of each reject type in each
@@ -38,7 +38,7 @@ func TestReconcilerRejectRoutesConverge(t *testing.T) {
 // TestKernelRejectRoutesConverge is TestReconcilerRejectRoutesConverge on
 // the real kernel.
 func TestKernelRejectRoutesConverge(t *testing.T) {
-	ns := netwatchtest.NewNetNS(t)
+	ns := kerneltest.NewNetNS(t)
 	ns.LoUp(t)
 	nns, err := netwatch.OpenNetNS(ns.Path())
 	if err != nil {

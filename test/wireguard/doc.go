@@ -9,7 +9,15 @@
 // the wireguard module, the kernel's WireGuard is used instead. `wg` comes
 // from Debian's wireguard-tools (`make test` installs it without
 // recommends). Package tunnel holds the traffic and counters they measure
-// with, and ./cmd/wgtunnel gives them to `make demo`.
+// with, and ./cmd/wgtunnel gives them to `make demo`. Each test logs which
+// WireGuard it used ("WireGuard: kernel (module 1.0.0)" or "WireGuard:
+// wireguard-go"). MARKSPLIT_AGENT names a prebuilt agent, and
+// MARKSPLIT_WIREGUARD=kernel fails the tests where the kernel has no
+// WireGuard: `make test-kernels` sets both in its guests, and
+// MARKSPLIT_TIME_SCALE=20 there (Go and WireGuard's crypto run 15–30 times
+// slower under QEMU's TCG): every time limit of the tests is that many
+// times longer and each bulk transfer that many times smaller (at least
+// 1 MB), with the same checks.
 //
 // # Running
 //

@@ -26,7 +26,17 @@ type prereqs struct {
 	dir         string // scratch directory for the test binary's life
 	agent       string // the marksplit binary
 	wireguardGo string // "" where the kernel has WireGuard
+	which       string // the WireGuard the tests use, for their logs
 }
+
+// Environment variables for runs that prepare the binaries elsewhere, as
+// `make test-kernels` does for its guests: a prebuilt agent, and
+// MARKSPLIT_WIREGUARD=kernel to fail rather than fall back to wireguard-go
+// when the kernel has no WireGuard.
+const (
+	agentEnv     = "MARKSPLIT_AGENT"
+	wireguardEnv = "MARKSPLIT_WIREGUARD"
+)
 
 var the prereqs
 
@@ -75,7 +85,16 @@ func (p *prereqs) check() {
 	}
 	kernelWG := exec.Command("ip", "-n", probe, "link", "add", "wgprobe", "type", "wireguard").Run() == nil
 	exec.Command("ip", "netns", "del", probe).Run()
+	if !kernelWG && os.Getenv(wireguardEnv) == "kernel" {
+		p.err = fmt.Errorf("%s=kernel, but this kernel has no WireGuard (ip link add type wireguard fails)", wireguardEnv)
+		return
+	}
+	p.which = "kernel"
+	if v, err := os.ReadFile("/sys/module/wireguard/version"); err == nil {
+		p.which = "kernel (module " + strings.TrimSpace(string(v)) + ")"
+	}
 	if !kernelWG {
+		p.which = "wireguard-go"
 		if _, err := os.Stat("/dev/net/tun"); err != nil {
 			p.skip = "no WireGuard in the kernel and no /dev/net/tun for wireguard-go"
 			return
@@ -85,6 +104,9 @@ func (p *prereqs) check() {
 		}
 	}
 	if p.dir, p.err = os.MkdirTemp("", fmt.Sprintf("marksplit-wg-%d-", os.Getpid())); p.err != nil {
+		return
+	}
+	if p.agent = os.Getenv(agentEnv); p.agent != "" {
 		return
 	}
 	p.agent = filepath.Join(p.dir, "marksplit")
@@ -139,6 +161,7 @@ func newWorld(t *testing.T) *world {
 	seq.Unlock()
 	base := fmt.Sprintf("mswg-%d-%d-", os.Getpid(), n)
 	w := &world{t: t, p: p, gw: base + "gw", worker: base + "w", peer: base + "p", wgPID: map[string]int{}}
+	t.Logf("WireGuard: %s", p.which)
 	for _, ns := range []string{w.gw, w.worker, w.peer} {
 		w.must("ip", "netns", "add", ns)
 		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
@@ -255,7 +278,7 @@ func (w *world) startWireGuardGo(ns string) int {
 	go func() { cmd.Wait(); close(done) }()
 	w.t.Cleanup(func() { stop(cmd, done, 3*time.Second) })
 	pid := strconv.Itoa(cmd.Process.Pid)
-	ok := poll(10*time.Second, func() bool {
+	ok := poll(scaled(10*time.Second), func() bool {
 		select {
 		case <-done:
 			return true
@@ -300,7 +323,7 @@ func (w *world) startAgent(mark string) *agent {
 			w.t.Logf("agent output:\n%s", a.out.String())
 		}
 	})
-	if !poll(10*time.Second, func() bool { return w.ruleThere() && w.unmarkedSplit() }) {
+	if !poll(scaled(10*time.Second), func() bool { return w.ruleThere() && w.unmarkedSplit() }) {
 		w.t.Fatalf("the agent did not install its rule and table route in 10s:\n%s\n%s", w.ipOut(w.worker, "rule"), a.out.String())
 	}
 	return a
