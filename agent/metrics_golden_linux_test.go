@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/marksplit/marksplit/internal/ciliumnode/apitest"
+	"github.com/marksplit/marksplit/internal/apitest"
 	"github.com/marksplit/marksplit/internal/kubeapi"
 	"github.com/marksplit/marksplit/internal/kubeauth"
 	"github.com/prometheus/client_golang/prometheus"

@@ -21,9 +21,9 @@ var (
 	descPeerProblems = prometheus.NewDesc("marksplit_peer_nodes_problem",
 		"CiliumNodes skipped (they did not decode, or are larger than 4 MiB: their last good entry stands, if any) or cut (more InternalIPs than ciliumnode.MaxNodeAddrs).", nil, nil)
 	descPeerNodesLeftOut = prometheus.NewDesc("marksplit_peer_nodes_left_out",
-		"CiliumNodes added beyond ciliumnode.MaxNodes (10,000), left out until a list succeeds.", nil, nil)
+		"CiliumNodes added beyond ciliumnode.MaxPeerBytes (16 MiB of names and addresses, some 80,000 nodes), left out until a list succeeds.", nil, nil)
 	descPeerAddrsLeftOut = prometheus.NewDesc("marksplit_peer_addresses_left_out",
-		"Encrypting peers' InternalIPs beyond ciliumnode.MaxPeerAddrs (20,000), left out: they get no host route.", nil, nil)
+		"Encrypting peers' InternalIPs beyond ciliumnode.MaxPeerAddrs (60,000), left out: they get no host route.", nil, nil)
 )
 
 // peerCollector reads the loop's peer set and the list-watch's stats at

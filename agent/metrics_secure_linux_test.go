@@ -8,13 +8,11 @@ import (
 	"crypto/elliptic"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/internal/apitest"
 	"github.com/marksplit/marksplit/internal/kubeapi"
 	"github.com/marksplit/marksplit/internal/kubeauth"
 	"github.com/marksplit/marksplit/mtupolicy"
@@ -32,27 +31,15 @@ import (
 // /metrics) and "other" (not allowed), and no other token.
 func fakeReviews(t *testing.T) *kubeapi.Client {
 	t.Helper()
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in struct {
-			Spec struct {
-				Token string `json:"token"`
-				User  string `json:"user"`
-			} `json:"spec"`
-		}
-		json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&in)
-		w.WriteHeader(http.StatusCreated)
-		switch r.URL.Path {
-		case "/apis/authentication.k8s.io/v1/tokenreviews":
-			ok := in.Spec.Token == "reader" || in.Spec.Token == "other"
-			json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"authenticated": ok, "user": map[string]any{"username": in.Spec.Token}}})
-		case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
-			json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"allowed": in.Spec.User == "reader"}})
-		}
-	}))
-	t.Cleanup(srv.Close)
-	tok := filepath.Join(t.TempDir(), "token")
-	must(t, os.WriteFile(tok, []byte("agent"), 0o600))
-	return &kubeapi.Client{Server: srv.URL, TokenFile: tok, HTTP: kubeapi.NoRedirects(srv.Client())}
+	api := apitest.New(t, apitest.Options{
+		Users:   map[string]string{"reader": "reader", "other": "other"},
+		Allowed: map[string][]string{"reader": {"/metrics"}},
+	})
+	dir := t.TempDir()
+	must(t, api.WriteServiceAccount(dir))
+	hc, err := kubeapi.NewHTTPClient(filepath.Join(dir, "ca.crt"))
+	must(t, err)
+	return &kubeapi.Client{Server: api.URL(), TokenFile: filepath.Join(dir, "token"), HTTP: hc}
 }
 
 // startSecure serves the secure listener on 127.0.0.1 until t ends and

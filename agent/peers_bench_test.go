@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/jsimonetti/rtnetlink/v2"
-	"github.com/marksplit/marksplit/internal/ciliumnode/apitest"
+	"github.com/marksplit/marksplit/internal/apitest"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )

@@ -27,7 +27,7 @@ type peerSet struct {
 	encrypting int          // other nodes that encrypt
 	addrs      []netip.Addr // their InternalIPs, sorted: DesiredPeers' input
 	// What the set leaves out (ciliumnode's bounds): CiliumNodes skipped or cut, nodes
-	// beyond ciliumnode.MaxNodes, addresses beyond ciliumnode.MaxPeerAddrs.
+	// beyond ciliumnode.MaxPeerBytes, addresses beyond ciliumnode.MaxPeerAddrs.
 	problems, dropped, leftOut int
 	incomplete                 string // why the set is incomplete, "" when it is not
 }
@@ -49,7 +49,7 @@ func newPeerSet(ps ciliumnode.Peers, self string) *peerSet {
 		why = append(why, "CiliumNode "+p.Name+": "+p.Problem)
 	}
 	if s.dropped > 0 {
-		why = append(why, fmt.Sprintf("%d CiliumNodes beyond %d left out", s.dropped, ciliumnode.MaxNodes))
+		why = append(why, fmt.Sprintf("%d CiliumNodes beyond %d MiB left out", s.dropped, ciliumnode.MaxPeerBytes>>20))
 	}
 	if s.leftOut > 0 {
 		why = append(why, fmt.Sprintf("%d peer addresses beyond %d left out", s.leftOut, ciliumnode.MaxPeerAddrs))

@@ -21,6 +21,7 @@ import (
 var packageDirs = []string{
 	"../netwatch", "../netwatch/reconcile", "../netwatch/netwatchtest", "../mtupolicy", "../agent",
 	"../examples/uplinkpin", "../examples/vpnbypass", "../examples/watch",
+	"../internal/lock", "../internal/metricsserver",
 }
 
 // The Markdown checked.

@@ -60,22 +60,6 @@ func (v View) routesTo(t Table, dst netip.Prefix) []Route {
 	return rs
 }
 
-// routesOut returns the routes of family f in table t that leave by link
-// index: the route's own link, or one of its paths (NextHops), a path the
-// kernel marked dead (RouteDead) not counting. They are sorted by
-// destination, source, TOS and metric (RouteKey.Compare). Routes
-// through a nexthop object (NHID) carry no link and are never returned.
-func (v View) routesOut(f Family, t Table, index uint32) []Route {
-	var rs []Route
-	for r := range v.Routes(f, t) {
-		if _, ok := r.PathOut(index); ok {
-			rs = append(rs, r)
-		}
-	}
-	slices.SortStableFunc(rs, compareRoutes)
-	return rs
-}
-
 // DefaultRoutes returns the default routes of family f in table t out of
 // link index (its own link, or a live path's), or out of any link when
 // index is 0: unicast

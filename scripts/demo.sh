@@ -104,11 +104,12 @@ ip netns add "$G"
 if ip -n "$G" link add wgprobe type wireguard 2>/dev/null; then
 	KERNEL_WG=1
 	ip -n "$G" link del wgprobe
-	echo "    WireGuard: the kernel's"
+	WG_USED="the kernel's (module wireguard $(cat /sys/module/wireguard/version 2>/dev/null || echo built in), Linux $(uname -r))"
 else
 	WGGO=$(cd test/wireguard && "$WORK/wgtunnel" wireguard-go wireguard-go)
-	echo "    WireGuard: no kernel module here; userspace $WGGO"
+	WG_USED="wireguard-go, userspace: this kernel ($(uname -r)) has no WireGuard ($WGGO)"
 fi
+echo "    WireGuard: $WG_USED"
 
 step "A worker ($W) and a peer node ($P) behind a gateway ($G)"
 ip -n "$G" link set lo up
@@ -190,8 +191,13 @@ echo "  200 full-size packets through the tunnel (worker 10.244.5.1 -> peer 10.2
 fullsize
 echo "  a bulk TCP transfer through the tunnel (at most 3 s):"
 bulk
-echo "    (every full-size packet left in two fragments; the bulk transfer starves: wireguard-go"
-echo "     sends its batches with UDP GSO, and the kernel refuses batches larger than the route's MTU)"
+if [ "$KERNEL_WG" = 1 ]; then
+	echo "    (every full-size packet left in two fragments: the kernel's WireGuard sends without DF, and"
+	echo "     the kernel fragments what is larger than the route's MTU)"
+else
+	echo "    (every full-size packet left in two fragments; the bulk transfer starves: wireguard-go"
+	echo "     sends its batches with UDP GSO, and the kernel refuses batches larger than the route's MTU)"
+fi
 
 step "Run the agent: marksplit run --prefix=10.0.0.0/16 --encryption=on"
 # Started directly, not through a shell function, so that $! is the agent
@@ -238,6 +244,9 @@ show ip route get 10.0.0.9
 step "marksplit cleanup removes what the agent owns, and only that"
 node "$WORK/marksplit" cleanup --prefix=10.0.0.0/16 | sed 's/^/    /'
 show ip rule
+
+echo
+echo "WireGuard used: $WG_USED"
 
 step "Remove the namespaces, the WireGuard processes and the binaries"
 cleanup

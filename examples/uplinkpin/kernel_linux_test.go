@@ -3,6 +3,7 @@
 package main
 
 import (
+	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
@@ -144,7 +145,7 @@ func TestKernelFight(t *testing.T) {
 	hop := netwatchtest.Hop{Dev: "eth1", Gateway: "192.0.2.1", Table: "920"}
 	ns.WaitRoute(t, logs, "203.0.113.9", "0x100", hop)
 	ns.CheckFight(t, logs, "rule del pref 920", "rule 920: fwmark 0x100/0xff00 lookup 920", 1500*time.Millisecond, func() bool {
-		got, _ := ns.RouteGet("203.0.113.9", "0x100")
+		got, _ := ns.RouteGet(netwatchtest.Lookup{Dst: netip.MustParseAddr("203.0.113.9"), Mark: 0x100})
 		return hop.Matches(got)
 	})
 }

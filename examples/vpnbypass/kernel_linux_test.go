@@ -3,6 +3,7 @@
 package main
 
 import (
+	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
@@ -127,7 +128,7 @@ func TestKernelFight(t *testing.T) {
 	hop := netwatchtest.Hop{Dev: "vpn0", Table: "910"}
 	ns.WaitRoute(t, logs, "198.51.100.7", "", hop)
 	ns.CheckFight(t, logs, "rule del pref 910", "rule 910: not fwmark 0x80000/0xff0000 lookup 910", 1500*time.Millisecond, func() bool {
-		got, _ := ns.RouteGet("198.51.100.7", "")
+		got, _ := ns.RouteGet(netwatchtest.Lookup{Dst: netip.MustParseAddr("198.51.100.7")})
 		return hop.Matches(got)
 	})
 }

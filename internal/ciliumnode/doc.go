@@ -42,7 +42,9 @@
 // kept. Whatever the server sends, a reader stays within tens of MiB (TestHostileMemory
 // measures it):
 //
-//   - A list of more than MaxListPages pages or MaxNodes items fails: the last nodes stand.
+//   - A list of more than MaxListPages pages, of items beyond MaxPeerBytes (some 80,000
+//     nodes of a real cluster), or of more than ten empty pages in a row fails: the last
+//     nodes stand. Each empty page is followed by a wait of the back-off, which grows.
 //     A server's remainingItemCount sizes nothing.
 //   - Of a node, at most MaxNodeAddrs InternalIPs are kept (the node's Peer.Problem says so);
 //     Peers.Encrypting returns at most MaxPeerAddrs addresses and counts the others.

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/marksplit/marksplit/internal/ciliumnode/apitest"
+	"github.com/marksplit/marksplit/internal/apitest"
 )
 
 // These tests answer as a hostile or broken API server would (issue 22): each one's
@@ -246,7 +246,8 @@ func TestHostileWronglyTypedObject(t *testing.T) {
 }
 
 // TestHostileEndlessList (bug 3): a list whose every page carries a new continue token
-// fails after MaxListPages pages, or after MaxNodes items, and the last set stands.
+// fails after MaxListPages pages, or after items beyond MaxPeerBytes, and the last set
+// stands.
 func TestHostileEndlessList(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -254,7 +255,7 @@ func TestHostileEndlessList(t *testing.T) {
 		log   string
 	}{
 		{"pages", 3, "more than 1000 pages"},
-		{"items", 600, "more than 10000 CiliumNodes"},
+		{"items", 600, "more CiliumNodes than 16 MiB holds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var nodes []apitest.Node
@@ -408,35 +409,45 @@ func FuzzWireAddrs(f *testing.F) {
 }
 
 // TestPeersBounds: Encrypting returns at most MaxPeerAddrs addresses, the lowest, and
-// counts the others; a snapshot of MaxNodes nodes takes no new one (it counts it as
+// counts the others; a snapshot as large as MaxPeerBytes takes no new node (it counts it as
 // dropped) but still takes changes of the nodes it holds.
 func TestPeersBounds(t *testing.T) {
 	var nodes []Peer
-	for i := range MaxNodes {
-		p := Peer{Name: fmt.Sprintf("n%05d", i), Encrypting: true}
+	bytes := 0
+	for i := 0; ; i++ {
+		p := Peer{Name: fmt.Sprintf("n%06d", i), Encrypting: true}
 		for j := range 3 {
-			p.Addrs = append(p.Addrs, netip.AddrFrom4([4]byte{10, byte(j), byte(i >> 8), byte(i)}))
+			p.Addrs = append(p.Addrs, netip.AddrFrom4([4]byte{10 + byte(j), byte(i >> 16), byte(i >> 8), byte(i)}))
 		}
+		if bytes+p.cost() > MaxPeerBytes {
+			break
+		}
+		bytes += p.cost()
 		nodes = append(nodes, p)
 	}
+	n := len(nodes)
 	ps := peersOf(nodes)
 	addrs, left := ps.Encrypting("")
-	if len(addrs) != MaxPeerAddrs || left != 3*MaxNodes-MaxPeerAddrs || addrs[0].String() != "10.0.0.0" || !slices.IsSortedFunc(addrs, netip.Addr.Compare) {
+	if len(addrs) != MaxPeerAddrs || left != 3*n-MaxPeerAddrs || addrs[0].String() != "10.0.0.0" || !slices.IsSortedFunc(addrs, netip.Addr.Compare) {
 		t.Errorf("Encrypting: %d addresses from %v, %d left out; want %d, the lowest, %d left out",
-			len(addrs), addrs[0], left, MaxPeerAddrs, 3*MaxNodes-MaxPeerAddrs)
+			len(addrs), addrs[0], left, MaxPeerAddrs, 3*n-MaxPeerAddrs)
 	}
 	full := ps.with(Peer{Name: "zz-new"}).withSkipped("zz-bad", "skipped: x")
-	if full.Len() != MaxNodes || full.Dropped() != 2 || len(full.Problems()) != 0 {
-		t.Errorf("beyond MaxNodes: %d nodes, %d dropped, %d problems; want %d, 2, 0", full.Len(), full.Dropped(), len(full.Problems()), MaxNodes)
+	if full.Len() != n || full.Dropped() != 2 || len(full.Problems()) != 0 {
+		t.Errorf("beyond MaxPeerBytes: %d nodes, %d dropped, %d problems; want %d, 2, 0", full.Len(), full.Dropped(), len(full.Problems()), n)
 	}
-	changed := full.with(Peer{Name: "n00000"}).withSkipped("n00001", "skipped: x")
-	if p, _ := changed.Get("n00000"); p.Encrypting || len(p.Addrs) != 0 {
+	changed := full.with(Peer{Name: "n000000"}).withSkipped("n000001", "skipped: x")
+	if p, _ := changed.Get("n000000"); p.Encrypting || len(p.Addrs) != 0 {
 		t.Errorf("a held node's change not taken: %+v", p)
 	}
-	if p, _ := changed.Get("n00001"); p.Problem != "skipped: x" || len(p.Addrs) != 3 {
+	if p, _ := changed.Get("n000001"); p.Problem != "skipped: x" || len(p.Addrs) != 3 {
 		t.Errorf("a held node skipped: %+v, want its last entry marked", p)
 	}
 	if changed.Dropped() != 2 {
 		t.Errorf("dropped %d, want 2: nothing new", changed.Dropped())
 	}
+	if back := changed.without("n000000").without("n000001"); back.bytes != bytes-nodes[0].cost()-nodes[1].cost() {
+		t.Errorf("bytes %d after removing two nodes, want %d", back.bytes, bytes-nodes[0].cost()-nodes[1].cost())
+	}
+	t.Logf("MaxPeerBytes holds %d nodes of 3 addresses and a 7-byte name", n)
 }

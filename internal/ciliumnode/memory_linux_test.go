@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/marksplit/marksplit/internal/ciliumnode/apitest"
+	"github.com/marksplit/marksplit/internal/apitest"
 )
 
 // The DaemonSet's memory limit: whatever the API sends, the agent stays below it.

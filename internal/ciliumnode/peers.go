@@ -42,8 +42,10 @@ type Peers struct {
 	// skipped are the CiliumNodes that did not decode and have no last good entry: Name
 	// and Problem only, sorted by name, none in peers.
 	skipped []*Peer
-	// dropped counts the CiliumNodes that the watch added beyond MaxNodes: left out.
+	// dropped counts the CiliumNodes that the watch added beyond MaxPeerBytes: left out.
 	dropped int
+	// bytes is the cost of peers and skipped.
+	bytes int
 }
 
 // Len returns the number of nodes.
@@ -105,7 +107,7 @@ func (ps Peers) Problems() []Peer {
 	return out
 }
 
-// Dropped returns the number of CiliumNodes that the watch added beyond MaxNodes, which
+// Dropped returns the number of CiliumNodes that the watch added beyond MaxPeerBytes, which
 // are left out until a list succeeds.
 func (ps Peers) Dropped() int { return ps.dropped }
 
@@ -164,12 +166,13 @@ func del(list []*Peer, name string) []*Peer {
 }
 
 // with returns a copy of ps in which p replaces the node of its name, or is added. A node
-// the snapshot has no room for (MaxNodes) is counted as dropped instead.
+// the snapshot has no room for (MaxPeerBytes) is counted as dropped instead.
 func (ps Peers) with(p Peer) Peers {
-	if _, ok := ps.find(p.Name); !ok && ps.full(p.Name) {
+	if _, ok := ps.find(p.Name); !ok && ps.full(p.Name, p.cost()) {
 		ps.dropped++
 		return ps
 	}
+	ps.bytes += p.cost() - ps.costOf(p.Name)
 	ps.peers, ps.skipped = set(ps.peers, &p), del(ps.skipped, p.Name)
 	return ps
 }
@@ -180,25 +183,40 @@ func (ps Peers) withSkipped(name, problem string) Peers {
 	if i, ok := ps.find(name); ok {
 		p := *ps.peers[i]
 		p.Problem = problem
+		ps.bytes += p.cost() - ps.peers[i].cost()
 		ps.peers = set(ps.peers, &p)
 		return ps
 	}
-	if _, ok := find(ps.skipped, name); !ok && ps.full(name) {
+	sk := &Peer{Name: name, Problem: problem}
+	if _, ok := find(ps.skipped, name); !ok && ps.full(name, sk.cost()) {
 		ps.dropped++
 		return ps
 	}
-	ps.skipped = set(ps.skipped, &Peer{Name: name, Problem: problem})
+	ps.bytes += sk.cost() - ps.costOf(name)
+	ps.skipped = set(ps.skipped, sk)
 	return ps
 }
 
-// full reports whether ps has no room for another node than those it holds.
-func (ps Peers) full(name string) bool {
+// costOf returns the cost of the entry or the skipped node called name, 0 without one.
+func (ps Peers) costOf(name string) int {
+	if i, ok := ps.find(name); ok {
+		return ps.peers[i].cost()
+	}
+	if i, ok := find(ps.skipped, name); ok {
+		return ps.skipped[i].cost()
+	}
+	return 0
+}
+
+// full reports whether ps has no room for a new node called name that costs n.
+func (ps Peers) full(name string, n int) bool {
 	_, ok := find(ps.skipped, name)
-	return !ok && len(ps.peers)+len(ps.skipped) >= MaxNodes
+	return !ok && ps.bytes+n > MaxPeerBytes
 }
 
 // without returns a copy of ps without the node called name.
 func (ps Peers) without(name string) Peers {
+	ps.bytes -= ps.costOf(name)
 	ps.peers, ps.skipped = del(ps.peers, name), del(ps.skipped, name)
 	return ps
 }
@@ -208,11 +226,13 @@ func (ps Peers) without(name string) Peers {
 func peersOf(nodes []Peer) Peers {
 	slices.SortStableFunc(nodes, func(a, b Peer) int { return cmp.Compare(a.Name, b.Name) })
 	out := make([]*Peer, 0, len(nodes))
+	bytes := 0
 	for i := range nodes {
 		if i+1 < len(nodes) && nodes[i+1].Name == nodes[i].Name {
 			continue
 		}
 		out = append(out, &nodes[i])
+		bytes += nodes[i].cost()
 	}
-	return Peers{peers: out}
+	return Peers{peers: out, bytes: bytes}
 }

@@ -247,7 +247,7 @@ func (r *peerRun) logLeftOut(name string, next Peers) {
 		r.s.logProblem(next, Peer{Name: name, Problem: now})
 	}
 	if next.dropped > r.peers.dropped {
-		r.s.log.Warn(fmt.Sprintf("ciliumnode: CiliumNode %s: more than %d CiliumNodes; left out: the peer set is incomplete", name, MaxNodes))
+		r.s.log.Warn(fmt.Sprintf("ciliumnode: CiliumNode %s: more CiliumNodes than %d MiB holds; left out: the peer set is incomplete", name, MaxPeerBytes>>20))
 	}
 }
 
@@ -297,6 +297,7 @@ type list struct {
 	skipped []Peer // Name and Problem: the items that did not decode
 	rv      string
 	pages   int
+	bytes   int // the cost of nodes and skipped
 	invalid []invalidAddrs
 }
 
@@ -309,17 +310,20 @@ type invalidAddrs struct {
 var errGone = errors.New("expired")
 
 // list reads every CiliumNode, page by page. When a continue token expires the list starts
-// over, at most maxListRestarts times. A list of more than MaxListPages pages or MaxNodes
-// items fails.
+// over, at most maxListRestarts times. A list of more than MaxListPages pages, of items
+// beyond MaxPeerBytes, or of more than maxEmptyPages empty pages in a row fails; each empty
+// page is followed by a wait of the back-off.
 func (s *PeerSource) list(ctx context.Context) (list, error) {
 	var (
-		l    list
-		cont string
+		l     list
+		cont  string
+		empty int // empty pages in a row
 	)
 	for restarts := 0; ; {
 		if l.pages >= MaxListPages {
 			return list{}, fmt.Errorf("ciliumnode: list CiliumNodes: more than %d pages (the server answers every page with a continue token); keeping the last nodes", MaxListPages)
 		}
+		had := len(l.nodes) + len(l.skipped)
 		meta, o, err := s.listPage(ctx, cont, &l)
 		if ctx.Err() != nil {
 			o = outcomeNone
@@ -329,7 +333,7 @@ func (s *PeerSource) list(ctx context.Context) (list, error) {
 		if errors.Is(err, errGone) && cont != "" && restarts < maxListRestarts {
 			s.log.Info(fmt.Sprintf("ciliumnode: list CiliumNodes: page %d: %v; starting over", l.pages, err))
 			restarts++
-			l.nodes, l.skipped, l.invalid, cont = l.nodes[:0], nil, nil, ""
+			l.nodes, l.skipped, l.invalid, l.bytes, cont = l.nodes[:0], nil, nil, 0, ""
 			continue
 		}
 		if err != nil {
@@ -340,11 +344,21 @@ func (s *PeerSource) list(ctx context.Context) (list, error) {
 			return l, nil
 		}
 		cont = meta.Continue
+		if len(l.nodes)+len(l.skipped) > had {
+			empty = 0
+			continue
+		}
+		if empty++; empty > maxEmptyPages {
+			return list{}, fmt.Errorf("ciliumnode: list CiliumNodes: %d empty pages in a row, each with a continue token; keeping the last nodes", empty)
+		}
+		if !kubeapi.Sleep(ctx, kubeapi.NextBackOff(s.cfg.Backoff)) {
+			return list{}, ctx.Err()
+		}
 	}
 }
 
-// errTooMany fails a list of more than MaxNodes items.
-var errTooMany = fmt.Errorf("more than %d CiliumNodes; keeping the last nodes", MaxNodes)
+// errTooMany fails a list of items beyond MaxPeerBytes.
+var errTooMany = fmt.Errorf("more CiliumNodes than %d MiB holds; keeping the last nodes", MaxPeerBytes>>20)
 
 // listPage reads one page of the list, appending its nodes to l.
 func (s *PeerSource) listPage(ctx context.Context, cont string, l *list) (listMeta, outcome, error) {
@@ -364,7 +378,7 @@ func (s *PeerSource) listPage(ctx context.Context, cont string, l *list) (listMe
 	defer resp.Body.Close()
 	body := &objectLimit{r: resp.Body}
 	meta, err := decodeList(body, func(o *wireObject, decodeErr error) error {
-		if len(l.nodes)+len(l.skipped) >= MaxNodes {
+		if l.bytes > MaxPeerBytes {
 			return errTooMany
 		}
 		if err := o.checkKind(true); err != nil {
@@ -375,6 +389,7 @@ func (s *PeerSource) listPage(ctx context.Context, cont string, l *list) (listMe
 				return decodeErr // nothing to name it by: the list fails
 			}
 			l.skipped = append(l.skipped, Peer{Name: o.Metadata.Name, Problem: skipProblem(decodeErr)})
+			l.bytes += l.skipped[len(l.skipped)-1].cost()
 			return nil
 		}
 		p, bad, err := o.peer()
@@ -382,6 +397,7 @@ func (s *PeerSource) listPage(ctx context.Context, cont string, l *list) (listMe
 			return err
 		}
 		l.nodes = append(l.nodes, p)
+		l.bytes += p.cost()
 		if len(bad) > 0 {
 			l.invalid = append(l.invalid, invalidAddrs{p, bad})
 		}

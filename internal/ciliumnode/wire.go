@@ -15,19 +15,23 @@ import (
 // list that fails, or in the Problem of the node (see Peers.Problems), which the agent
 // logs, exports and turns into an unready /readyz.
 const (
-	// MaxNodes bounds the CiliumNodes a PeerSource keeps: twice the 5,000 nodes Kubernetes
-	// supports. A list with more fails (the last peer set stands); a node added by the
-	// watch beyond it is left out and the snapshot says so.
-	MaxNodes = 10000
-	// MaxListPages bounds the pages of one list. A server that answers every page with a
-	// new continue token would otherwise keep the list going forever.
+	// MaxPeerBytes bounds the memory of the CiliumNodes a PeerSource keeps (Peer.cost: a
+	// node's name, problem and addresses, and a fixed overhead): a node of a real cluster
+	// takes about 200 bytes, so it is some 80,000 such nodes, over five times the largest
+	// clusters run (15,000 nodes: 3 MiB). A list with more fails (the last peer set
+	// stands); a node added by the watch beyond it is left out and the snapshot says so.
+	MaxPeerBytes = 16 << 20
+	// MaxListPages bounds the pages of one list (of 500 items: 500,000 nodes). A server
+	// that answers every page with a new continue token would otherwise keep the list
+	// going forever; one that answers them empty is also paced and cut short
+	// (maxEmptyPages).
 	MaxListPages = 1000
 	// MaxNodeAddrs bounds the InternalIPs kept of one CiliumNode: a node has one or two
 	// (IPv4 and IPv6), a handful at most. The ones beyond are not even decoded.
 	MaxNodeAddrs = 16
 	// MaxPeerAddrs bounds the addresses Peers.Encrypting returns: the host routes the
-	// agent installs (four a node at 5,000 nodes).
-	MaxPeerAddrs = 20000
+	// agent installs (an IPv4 and an IPv6 address a node at 30,000 nodes).
+	MaxPeerAddrs = 60000
 )
 
 // wireObject is the part of a CiliumNode that matters here, as the API sends it in answers
@@ -385,3 +389,17 @@ func (l *objectLimit) Read(p []byte) (int, error) {
 }
 
 func (l *objectLimit) reset() { l.n = 0 }
+
+// maxEmptyPages bounds the empty pages in a row, each with a continue token, of one list:
+// a real API server fills its pages. Each is followed by a wait of the back-off, which
+// grows from page to page and on to the retry of the failed list.
+const maxEmptyPages = 10
+
+// peerOverhead is what a kept node costs besides its strings and addresses: the Peer, its
+// pointer in a snapshot, and the slack of the slices.
+const peerOverhead = 128
+
+// cost estimates the memory p takes in a snapshot, for MaxPeerBytes.
+func (p *Peer) cost() int {
+	return peerOverhead + len(p.Name) + len(p.Problem) + 24*len(p.Addrs)
+}

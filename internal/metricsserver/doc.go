@@ -8,7 +8,8 @@
 // A connection counts as idle until its request reaches the handler, and again
 // once its answer is written. When every slot is taken, the next connection
 // the kernel hands over makes room by closing one idle connection: of the
-// client holding the most connections (a remote address, an IPv6 /64), the one
+// client holding the most connections (a remote address, an IPv6 /64; on
+// loopback, the user who owns the other end, from NETLINK_SOCK_DIAG), the one
 // that finished an answer longest ago, else the one that has waited longest
 // for its first request. So a flood of idle connections, from a local user or
 // from the network, costs the server at most MaxConns descriptors and never

@@ -33,14 +33,15 @@ type ShedListener struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 	shed      atomic.Uint64
+	owners    owners // Accept's goroutine alone
 }
 
 // shedConn is an accepted connection and what the listener knows of it.
 type shedConn struct {
 	net.Conn
 	l     *ShedListener
-	key   netip.Prefix // the client: its address, or its IPv6 /64
-	since time.Time    // accepted, or last idle
+	key   client
+	since time.Time // accepted, or last idle
 	// serving: a request reached the handler and its answer is not written
 	// yet; answered: one was answered (the connection idles in keep-alive).
 	serving, answered bool // guarded by l.mu
@@ -88,19 +89,29 @@ func (l *ShedListener) Accept() (net.Conn, error) {
 		case <-l.wake:
 		case <-timer:
 		case <-l.closed:
+			l.owners.close()
 			return nil, net.ErrClosed
 		}
 	}
 	c, err := l.Listener.Accept()
+	var key client
+	if err == nil {
+		key = l.client(c)
+	}
 	l.mu.Lock()
 	l.pending--
 	var sc *shedConn
 	if err == nil {
-		sc = &shedConn{Conn: c, l: l, key: clientKey(c.RemoteAddr()), since: time.Now()}
+		sc = &shedConn{Conn: c, l: l, key: key, since: time.Now()}
 		l.conns[sc] = struct{}{}
 	}
 	l.mu.Unlock()
 	if err != nil {
+		select {
+		case <-l.closed:
+			l.owners.close()
+		default:
+		}
 		l.signal()
 		return nil, err
 	}
@@ -122,7 +133,7 @@ const Grace = 250 * time.Millisecond
 // retry says when one of the connections now held may become one (0: only
 // when one is closed or answered). l.mu is held.
 func (l *ShedListener) victim(now time.Time) (v *shedConn, retry time.Duration) {
-	held := make(map[netip.Prefix]int, 8)
+	held := make(map[client]int, 8)
 	cands := make([]*shedConn, 0, len(l.conns))
 	for c := range l.conns {
 		held[c.key]++
@@ -157,21 +168,30 @@ func (l *ShedListener) victim(now time.Time) (v *shedConn, retry time.Duration) 
 	return nil, retry
 }
 
-// clientKey groups the connections of one client: an IPv4 address, an IPv6
-// /64 (one host's share of a network), or one key for everything else.
-func clientKey(a net.Addr) netip.Prefix {
-	ta, ok := a.(*net.TCPAddr)
-	if !ok {
-		return netip.Prefix{}
+// client names who holds a connection: an IPv4 address or an IPv6 /64 (one
+// host's share of a network), and on loopback the user who owns the other
+// end (the kubelet is root; another local user is not).
+type client struct {
+	net netip.Prefix
+	uid uint32
+	// local: uid is known.
+	local bool
+}
+
+// client returns c's client. Only Accept's goroutine calls it.
+func (l *ShedListener) client(c net.Conn) client {
+	var k client
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		ip, _ := netip.AddrFromSlice(ta.IP)
+		ip = ip.Unmap()
+		bits := 32
+		if ip.Is6() {
+			bits = 64
+		}
+		k.net, _ = ip.Prefix(bits)
 	}
-	ip, _ := netip.AddrFromSlice(ta.IP)
-	ip = ip.Unmap()
-	bits := 32
-	if ip.Is6() {
-		bits = 64
-	}
-	p, _ := ip.Prefix(bits)
-	return p
+	k.uid, k.local = l.owners.uid(c.LocalAddr(), c.RemoteAddr())
+	return k
 }
 
 func (l *ShedListener) signal() {

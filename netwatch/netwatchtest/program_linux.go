@@ -8,14 +8,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/marksplit/marksplit/netwatch"
 	"golang.org/x/sys/unix"
 )
 
@@ -126,13 +129,32 @@ func (want Hop) Matches(got Hop) bool {
 		(want.PrefSrc == "" || got.PrefSrc == want.PrefSrc)
 }
 
-// RouteGet asks the kernel, with `ip -j route get ADDR [mark MARK]` in the
-// namespace, where a packet to addr goes, and returns the answer with
-// ip(8)'s output (its error message when it failed).
-func (ns *NetNS) RouteGet(addr, mark string) (Hop, string) {
-	args := []string{"--net=" + ns.Path(), "ip", "-j", "route", "get", addr}
-	if mark != "" {
-		args = append(args, "mark", mark)
+// Lookup is the question of a route lookup, as `ip route get` takes it:
+// where a packet to Dst goes.
+type Lookup struct {
+	Dst netip.Addr
+	// Src is the packet's source ("from"); zero for a locally generated
+	// packet without one.
+	Src netip.Addr
+	// IIF is the link a forwarded packet came in by ("iif"); "" for a
+	// locally generated packet.
+	IIF  string
+	Mark netwatch.Mark
+}
+
+// RouteGet asks the kernel, with `ip -j route get` in the namespace, where
+// a packet goes, and returns the answer with ip(8)'s output (its error
+// message when it failed).
+func (ns *NetNS) RouteGet(q Lookup) (Hop, string) {
+	args := []string{"--net=" + ns.Path(), "ip", "-j", "route", "get", q.Dst.String()}
+	if q.Src.IsValid() {
+		args = append(args, "from", q.Src.String())
+	}
+	if q.IIF != "" {
+		args = append(args, "iif", q.IIF)
+	}
+	if q.Mark != 0 {
+		args = append(args, "mark", q.Mark.String())
 	}
 	out, err := exec.Command("nsenter", args...).CombinedOutput()
 	if err != nil {
@@ -151,8 +173,16 @@ func (ns *NetNS) WaitRoute(t testing.TB, logs fmt.Stringer, addr, mark string, w
 	t.Helper()
 	var last string
 	if !Poll(func() bool {
+		q := Lookup{Dst: netip.MustParseAddr(addr)}
+		if mark != "" {
+			m, err := strconv.ParseUint(mark, 0, 32)
+			if err != nil {
+				t.Fatalf("netwatchtest: mark %q: %v", mark, err)
+			}
+			q.Mark = netwatch.Mark(m)
+		}
 		var got Hop
-		got, last = ns.RouteGet(addr, mark)
+		got, last = ns.RouteGet(q)
 		return want.Matches(got)
 	}) {
 		t.Fatalf("ip route get %s mark %q: want %+v, kernel says %s\nlog:\n%s", addr, mark, want, last, logs)

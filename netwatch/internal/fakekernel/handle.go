@@ -661,7 +661,7 @@ func (k *Kernel) getRoute(s *socket, m netlink.Message) *kerr {
 		}
 	}
 	dst, mark := q.route.Dst.Addr(), hdr.Attributes.Mark
-	r, ke := k.lookup(fam, dst, mark, hdr.Tos)
+	r, ke := k.lookup(fam, dst, zeroAddr(fam), "", mark, hdr.Tos)
 	if ke != nil {
 		return ke
 	}
@@ -727,17 +727,21 @@ func (k *Kernel) sourceFor(family uint8, index uint32) netip.Addr {
 	return other
 }
 
-// lookup is the FIB lookup of a locally generated packet: the rules in
-// order (selectors: mark, from, to, tos, iif lo; "not" inverts), then the
+// lookup is the FIB lookup of a packet from src (the zero address for a
+// locally generated one without a source) that came in by iif ("" for a
+// locally generated packet, which the rules see as iif lo): the rules in
+// order (selectors: mark, from, to, tos, iif; "not" inverts), then the
 // longest matching prefix of the rule's table.
-func (k *Kernel) lookup(fam uint8, dst netip.Addr, mark uint32, tos uint8) (Route, *kerr) {
-	src := zeroAddr(fam)
+func (k *Kernel) lookup(fam uint8, dst, src netip.Addr, iif string, mark uint32, tos uint8) (Route, *kerr) {
+	if iif == "" {
+		iif = "lo"
+	}
 	for _, rule := range k.rules[fam] {
 		match := (rule.Mark^mark)&rule.Mask == 0 &&
 			(!rule.Src.IsValid() || rule.Src.Contains(src)) &&
 			(!rule.Dst.IsValid() || rule.Dst.Contains(dst)) &&
 			(rule.TOS == 0 || rule.TOS == tos) &&
-			(rule.IIF == "" || rule.IIF == "lo") && rule.OIF == ""
+			(rule.IIF == "" || rule.IIF == iif) && rule.OIF == ""
 		if match == rule.Invert {
 			continue
 		}
@@ -766,6 +770,34 @@ func (k *Kernel) lookup(fam uint8, dst netip.Addr, mark uint32, tos uint8) (Rout
 		return r, nil
 	}
 	return Route{}, fail(unix.ENETUNREACH, "")
+}
+
+// Lookup is the route lookup of `ip route get DST [from SRC] [iif IIF]
+// [mark MARK]` through the rules, as lookup does it; src may be the zero
+// Addr; without iif it must be the host's. The kernel's further checks of
+// a forwarded packet (forwarding enabled, the source's reverse path) are
+// not modelled.
+func (k *Kernel) Lookup(dst, src netip.Addr, iif string, mark uint32) (Route, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	fam := familyOf(dst)
+	if !src.IsValid() {
+		src = zeroAddr(fam)
+	}
+	if iif == "" && !src.IsUnspecified() && !k.addrAssigned(src) {
+		// A locally generated packet's source must be one of the host's.
+		return Route{}, fail(unix.ENETUNREACH, "").err("route get " + dst.String())
+	}
+	if iif != "" {
+		if _, ok := k.linkByName(iif); !ok {
+			return Route{}, fail(unix.ENODEV, "").err("route get " + dst.String())
+		}
+	}
+	r, ke := k.lookup(fam, dst, src, iif, mark, 0)
+	if ke != nil {
+		return Route{}, ke.err("route get " + dst.String())
+	}
+	return r, nil
 }
 
 func (k *Kernel) lookupTable(fam uint8, table uint32, dst netip.Addr, tos uint8) (Route, bool) {

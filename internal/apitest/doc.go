@@ -1,6 +1,7 @@
-// Package apitest is a stand-in Kubernetes API server for CiliumNodes, over TLS, for the
-// tests of any package in this module: it serves what marksplit's readers use and lets a
-// test change the objects and break the protocol on purpose.
+// Package apitest is a stand-in Kubernetes API server, over TLS, for the tests of any
+// package in this module: it serves the CiliumNodes marksplit's readers use and the token
+// reviews its secure metrics listener asks for, and lets a test change the objects and
+// break the protocol on purpose.
 //
 // # What it serves
 //
@@ -18,6 +19,10 @@
 //     timeoutSeconds, or Options.MinRequestTimeout × [1, 2) as kube-apiserver's do.
 //   - GET of one object by name, and the fieldSelector metadata.name=NAME on lists and
 //     watches (the single-object reader's watch).
+//
+// And, for POST requests with the right bearer token, TokenReviews (a token of
+// Options.Users is that user) and SubjectAccessReviews of non-resource URLs (allowed for
+// "get" on the paths Options.Allowed gives the user).
 //
 // Objects are rendered like a Cilium 1.19 cluster's CiliumNodes (labels, the WireGuard
 // public-key annotation on every node, InternalIP and CiliumInternalIP addresses, IPAM and

@@ -51,6 +51,11 @@ type Options struct {
 	// MinRequestTimeout ends a watch without timeoutSeconds after MinRequestTimeout × [1, 2),
 	// as kube-apiserver's --min-request-timeout (1800 s) does; 0 never ends one.
 	MinRequestTimeout time.Duration
+	// Users maps the tokens a TokenReview authenticates to their user names; the caller of
+	// the review itself needs Token.
+	Users map[string]string
+	// Allowed lists, by user, the non-resource paths a SubjectAccessReview allows "get" on.
+	Allowed map[string][]string
 }
 
 // Kind is a kind of request, for counting and for faults.
@@ -64,6 +69,8 @@ const (
 	KindWatchOne     Kind = "watch-one"    // a watch with fieldSelector metadata.name=
 	KindListOne      Kind = "list-one"     // a list with fieldSelector metadata.name=
 	KindUnauthorized Kind = "unauthorized" // refused for its token (401)
+	KindTokenReview  Kind = "tokenreview"  // a TokenReview (POST)
+	KindAccessReview Kind = "accessreview" // a SubjectAccessReview (POST)
 	KindOther        Kind = "other"        // anything else (answered 404, 405 or 400)
 )
 
@@ -342,6 +349,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.list(w, r, fieldName)
 	case KindWatch, KindWatchOne:
 		s.watch(w, r, fieldName)
+	case KindTokenReview:
+		s.tokenReview(w, r)
+	case KindAccessReview:
+		s.subjectAccessReview(w, r)
 	default:
 		if r.Method != http.MethodGet {
 			writeStatus(w, http.StatusMethodNotAllowed, "MethodNotAllowed", "the server does not allow this method on the requested resource")
@@ -353,6 +364,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // classify says what a request is. fieldName is the name of a metadata.name field selector.
 func classify(r *http.Request) (kind Kind, name, fieldName string, err error) {
+	switch r.URL.Path {
+	case tokenReviewsPath:
+		return KindTokenReview, "", "", nil
+	case subjectAccessReviewsPath:
+		return KindAccessReview, "", "", nil
+	}
 	if r.Method != http.MethodGet {
 		return KindOther, "", "", nil
 	}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/marksplit/marksplit/netwatch"
+)
+
+// textLine is one object in ip(8)'s words; an event says new or del and
+// who made it.
+func textLine(ev netwatch.Event, event bool, names map[uint32]string) string {
+	links := func(i uint32) (netwatch.Link, bool) {
+		n, ok := names[i]
+		return netwatch.Link{Index: i, Name: n}, ok
+	}
+	var s string
+	switch ev.Kind {
+	case netwatch.KindLink:
+		l := ev.Link
+		state := "down"
+		if l.Flags&netwatch.LinkUp != 0 {
+			state = "up"
+		}
+		s = fmt.Sprintf("link %d %s mtu %d %s", l.Index, l.Name, l.MTU, state)
+	case netwatch.KindAddr:
+		s = fmt.Sprintf("addr %s dev %s", ev.Addr.Prefix, names[ev.Addr.Index])
+		if ev.Addr.Peer.IsValid() {
+			s += " peer " + ev.Addr.Peer.String()
+		}
+	case netwatch.KindRoute:
+		s = "route table " + ev.Route.Table.String() + ": " + ev.Route.Describe(links)
+	default:
+		s = "rule " + ev.Rule.String()
+		if ev.Rule.Family == netwatch.IPv6 {
+			s = "rule (inet6) " + ev.Rule.String()
+		}
+	}
+	if event {
+		s = verb(ev) + " " + s + " (" + ev.Origin.String() + ")"
+	}
+	return terminalSafe(s)
+}
+
+// terminalSafe returns s with every character a terminal would act on
+// written as a Go escape: C0 and C1 controls (ESC as \x1b, BEL as \a),
+// DEL, other non-printable runes (\u200b) and bytes that are not UTF-8
+// (\xff); a backslash is doubled, so that the escapes are unambiguous. A
+// link or program name the kernel accepts can thus not move the cursor,
+// ring the bell or retitle the window; ordinary text is unchanged. (JSON
+// lines escape control characters already.)
+func terminalSafe(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r == '\\' || r == utf8.RuneError || !unicode.IsPrint(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case unicode.IsPrint(r):
+			b.WriteString(s[i : i+n])
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += n
+	}
+	return b.String()
+}

@@ -1,0 +1,177 @@
+//go:build linux
+
+package netwatchtest
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/internal/nstest"
+)
+
+// fakeAndReal builds the same host in the fake kernel and, where namespaces
+// work, in a real one: eth0 (192.0.2.10/24) and eth1 (198.51.100.10/24), a
+// default route out of eth0 in main and one out of eth1 in table 920, and
+// rules that send packets from eth1's subnet and packets that came in by eth1
+// to table 920. ns is nil where real-kernel tests cannot run.
+func fakeAndReal(t *testing.T) (*Kernel, *NetNS) {
+	t.Helper()
+	k := New()
+	t.Cleanup(func() { k.Close() })
+	var ns *NetNS
+	if os.Getenv("MARKSPLIT_KERNEL_TESTS") == "1" {
+		RequireKernel(t)
+	}
+	if reason := nstest.Unavailable(); reason == "" {
+		ns = NewNetNS(t)
+		ns.LoUp(t)
+		// Forwarded packets (route get … iif) are looked up only where
+		// forwarding is on.
+		if err := ns.Do(func() error { return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0) }); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		t.Logf("the fake kernel alone: %s", reason)
+	}
+	for i, l := range []struct{ name, addr, peer string }{{"eth0", "192.0.2.10/24", "p0"}, {"eth1", "198.51.100.10/24", "p1"}} {
+		idx := k.AddLink(l.name, "veth", 1500, true)
+		if err := k.AddAddr(idx, netip.MustParsePrefix(l.addr)); err != nil {
+			t.Fatal(err)
+		}
+		if ns != nil {
+			ns.AddVeth(t, l.name, nil, l.peer)
+			ns.IP(t, "link", "set", l.peer, "up")
+			ns.IP(t, "link", "set", l.name, "up")
+			ns.IP(t, "addr", "add", l.addr, "dev", l.name)
+		}
+		gw := []string{"192.0.2.1", "198.51.100.1"}[i]
+		table := []netwatch.Table{netwatch.TableMain, 920}[i]
+		if err := k.AddRoute(netwatch.Route{Table: table, Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: netip.MustParseAddr(gw),
+			Index: idx, Protocol: netwatch.ProtoStatic}); err != nil {
+			t.Fatal(err)
+		}
+		if ns != nil {
+			ns.IP(t, "route", "add", "default", "via", gw, "dev", l.name, "table", table.String(), "proto", "static")
+		}
+	}
+	for _, r := range []struct {
+		rule netwatch.Rule
+		ip   []string
+	}{
+		{netwatch.Rule{Family: netwatch.IPv4, Priority: 920, Table: 920, Src: netip.MustParsePrefix("198.51.100.0/24")},
+			[]string{"rule", "add", "from", "198.51.100.0/24", "lookup", "920", "pref", "920"}},
+		{netwatch.Rule{Family: netwatch.IPv4, Priority: 921, Table: 920, IIF: "eth1"},
+			[]string{"rule", "add", "iif", "eth1", "lookup", "920", "pref", "921"}},
+	} {
+		if err := k.AddRule(r.rule); err != nil {
+			t.Fatal(err)
+		}
+		if ns != nil {
+			ns.IP(t, r.ip...)
+		}
+	}
+	return k, ns
+}
+
+// TestKernelRouteGet: the fake kernel's RouteGet follows the rules by
+// source address and input link, as the real kernel's route get does.
+func TestKernelRouteGet(t *testing.T) {
+	k, ns := fakeAndReal(t)
+	dst := netip.MustParseAddr("203.0.113.9")
+	for _, tc := range []struct {
+		name  string
+		q     Lookup
+		dev   string
+		table netwatch.Table
+	}{
+		{"local", Lookup{Dst: dst}, "eth0", netwatch.TableMain},
+		{"from a source the rule names", Lookup{Dst: dst, Src: netip.MustParseAddr("198.51.100.10")}, "eth1", 920},
+		{"from another source", Lookup{Dst: dst, Src: netip.MustParseAddr("192.0.2.10")}, "eth0", netwatch.TableMain},
+		{"in by the link the rule names", Lookup{Dst: dst, Src: netip.MustParseAddr("198.51.100.7"), IIF: "eth1"}, "eth1", 920},
+		{"in by another link", Lookup{Dst: dst, Src: netip.MustParseAddr("192.0.2.7"), IIF: "eth0"}, "eth0", netwatch.TableMain},
+		{"in by the link, from a source the rule names", Lookup{Dst: dst, Src: netip.MustParseAddr("198.51.100.7"), IIF: "eth0"}, "eth1", 920},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := k.RouteGet(tc.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Table != tc.table || r.Index != linkIndex(t, k, tc.dev) {
+				t.Errorf("fake: %v, want dev %s table %v", r, tc.dev, tc.table)
+			}
+			if ns == nil {
+				return
+			}
+			hop, out := ns.RouteGet(tc.q)
+			want := Hop{Dev: tc.dev}
+			if tc.table != netwatch.TableMain {
+				want.Table = tc.table.String()
+			}
+			if !want.Matches(hop) {
+				t.Errorf("real: %s, want %+v", out, want)
+			}
+		})
+	}
+	if _, err := k.RouteGet(Lookup{Dst: dst, IIF: "nosuch"}); err == nil {
+		t.Error("a lookup in by a link that does not exist: no error")
+	}
+	// A locally generated packet from an address the host does not have.
+	foreign := Lookup{Dst: dst, Src: netip.MustParseAddr("10.9.1.1")}
+	if _, err := k.RouteGet(foreign); !errors.Is(err, syscall.ENETUNREACH) {
+		t.Errorf("fake: from a source not the host's: %v, want ENETUNREACH", err)
+	}
+	if ns != nil {
+		if hop, out := ns.RouteGet(foreign); hop != (Hop{}) || !strings.Contains(out, "Network is unreachable") {
+			t.Errorf("real: from a source not the host's: %s", out)
+		}
+	}
+}
+
+func linkIndex(t *testing.T, k *Kernel, name string) uint32 {
+	t.Helper()
+	for _, l := range k.Snapshot().Links {
+		if l.Name == name {
+			return l.Index
+		}
+	}
+	t.Fatalf("no link %s", name)
+	return 0
+}
+
+// TestKernelOwnedText: the fake kernel's OwnedText lists what a real
+// kernel's does for the same state, line for line.
+func TestKernelOwnedText(t *testing.T) {
+	k, ns := fakeAndReal(t)
+	const want = "-4 route default via 198.51.100.1 dev eth1 table 920 proto static\n" +
+		"-4 rule 920:\tfrom 198.51.100.0/24 lookup 920"
+	k.WaitOwned(t, new(SyncBuffer), 920, 920, want)
+	if ns != nil {
+		ns.WaitOwned(t, new(SyncBuffer), "920", "920", want)
+	}
+}
+
+// TestOverflow: Overflow makes a watcher's subscription fail with ENOBUFS,
+// and the watcher resyncs.
+func TestOverflow(t *testing.T) {
+	k := New()
+	t.Cleanup(func() { k.Close() })
+	w := netwatch.New(netwatch.Options{NetNS: k.NetNS(), RetryMin: time.Millisecond, RetryMax: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := w.WaitSynced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k.Overflow()
+	if !Poll(func() bool { return w.Stats().Resyncs["overflow"] == 1 }) {
+		t.Fatalf("no resync after the overflow: %+v", w.Stats().Resyncs)
+	}
+}
