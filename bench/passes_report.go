@@ -67,6 +67,10 @@ func parsePeersBench(out string) ([]passResult, error) {
 				r.Took = time.Duration(v * float64(time.Second))
 			case "peak-rss-MiB":
 				r.PeakRSS = int64(v * 1024)
+			case "converged":
+				if v == 0 {
+					r.Err = "did not converge"
+				}
 			}
 		}
 		res = append(res, r)
