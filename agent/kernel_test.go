@@ -52,6 +52,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// scaled stretches a time limit on a machine that runs everything
+// MARKSPLIT_TIME_SCALE times slower than usual: `make test-kernels` sets
+// it in its emulated guests (QEMU's TCG), where starting the agent alone
+// takes seconds.
+func scaled(d time.Duration) time.Duration {
+	if f, err := strconv.ParseFloat(os.Getenv("MARKSPLIT_TIME_SCALE"), 64); err == nil && f > 1 {
+		return time.Duration(float64(d) * f)
+	}
+	return d
+}
+
 // agentBinary builds the agent once per test binary, or returns the one
 // MARKSPLIT_AGENT names (`make test-kernels` builds it on the host: a
 // build inside its emulated guests would take minutes).
@@ -199,6 +210,7 @@ func (s *seed) unsplit(t testing.TB) error {
 // eventually polls cond until it returns nil, failing after d.
 func eventually(t testing.TB, d time.Duration, what string, cond func() error) {
 	t.Helper()
+	d = scaled(d)
 	deadline := time.Now().Add(d)
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()

@@ -17,10 +17,10 @@ import (
 // cluster where every node encrypts: `marksplit once` against the stand-in
 // API server with N CiliumNodes, each peer a /32 in table 900. It reports
 // the agent's peak RSS (ru_maxrss) and wall time, for this tree's agent and
-// MARKSPLIT_BENCH_BASE's (benchAgents), and fails unless every peer's
-// route is installed. N is 15,000 (internal/ciliumnode's bound is 16 MiB of
-// nodes, not a count; a base from before it, with a 10,000-node bound,
-// fails its list).
+// MARKSPLIT_BENCH_BASE's (benchAgents), and fails unless this tree's agent
+// installs every peer's route. N is 15,000: internal/ciliumnode's bound is
+// 16 MiB of nodes, not a count; a base from before it, with a 10,000-node
+// bound, fails its list, which is reported as converged 0, not a failure.
 //
 //	go test -run '^$' -bench KernelPeersFirstPass -benchtime 1x ./agent
 func BenchmarkKernelPeersFirstPass(b *testing.B) {
@@ -31,11 +31,21 @@ func BenchmarkKernelPeersFirstPass(b *testing.B) {
 				s := newSeed(b, false)
 				api := newEncryptingCluster(b, s, nodes)
 				rss, took, err := runOnceIn(s, ag.bin, api.env, peerArgs...)
-				if err != nil {
+				converged := 1.0
+				switch {
+				case err != nil && ag.name == "base":
+					// The base may not manage this cluster at all (a29e597
+					// refuses more than 10,000 CiliumNodes): that is its figure.
+					converged = 0
+					b.Logf("%s: once: %v", ag.name, err)
+				case err != nil:
 					b.Fatalf("once: %v", err)
 				}
-				if got := strings.Count(s.ns.IP(b, "-4", "route", "show", "table", "900"), "\n"); got != nodes-1 {
-					b.Errorf("table 900 holds %d routes, want %d (one per peer)", got, nodes-1)
+				b.ReportMetric(converged, "converged")
+				if converged == 1 {
+					if got := strings.Count(s.ns.IP(b, "-4", "route", "show", "table", "900"), "\n"); got != nodes-1 {
+						b.Errorf("table 900 holds %d routes, want %d (one per peer)", got, nodes-1)
+					}
 				}
 				b.ReportMetric(float64(rss)/1024, "peak-rss-MiB")
 				b.ReportMetric(took.Seconds(), "pass-s")

@@ -67,6 +67,10 @@ func parsePeersBench(out string) ([]passResult, error) {
 				r.Took = time.Duration(v * float64(time.Second))
 			case "peak-rss-MiB":
 				r.PeakRSS = int64(v * 1024)
+			case "converged":
+				if v == 0 {
+					r.Err = "did not converge"
+				}
 			}
 		}
 		res = append(res, r)
@@ -104,6 +108,9 @@ func (rep *report) passTable(b *strings.Builder) {
 			float64(r.PeakRSS)/float64(max(base.PeakRSS, 1)), r.Took.Round(time.Millisecond), r.Took.Seconds()/max(base.Took.Seconds(), 1e-9), res)
 	}
 	b.WriteString("\n")
+	b.WriteString("- **peers-N:** the first `--peers=auto` pass in a cluster of N CiliumNodes that all encrypt, served by the " +
+		"agent tests' stand-in API server (`go test -run '^$' -bench KernelPeersFirstPass -benchtime 1x ./agent`, " +
+		"MARKSPLIT_BENCH_BASE set to the base's agent): 15,000, or as many as internal/ciliumnode's list takes while its count bound is lower.\n")
 	for _, c := range passCases {
 		fmt.Fprintf(b, "- **%s:** %s.\n", c.Name, c.What)
 	}

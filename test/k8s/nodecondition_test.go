@@ -229,8 +229,9 @@ func TestKernelK8sNodeCondition(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitCondition(t, name, "True", "NotEncrypting")
-	// The other Node never got it.
-	if got, err := c.admin.condition(ctx, other, "MarkSplitReady"); err == nil {
-		t.Errorf("node %s has MarkSplitReady %+v, set by nobody", other, got)
+	// The agent never wrote the other Node's (the only writes there are the
+	// test's probes, which may land before the new policy takes effect).
+	if got, err := c.admin.condition(ctx, other, "MarkSplitReady"); err == nil && got.Reason != "Test" {
+		t.Errorf("node %s has MarkSplitReady %+v, not from the test's probe", other, got)
 	}
 }

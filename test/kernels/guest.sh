@@ -9,7 +9,8 @@ set -u
 arg() { sed -n "s/.*marksplit\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 WORK=$(arg work)
 TOOLS=$(arg tools)
-export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
+# Go too (the examples' signal tests build their program): the host's.
+export PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 export MARKSPLIT_KERNEL_TESTS=1 GOTRACEBACK=all
 off() { sync; echo o >/proc/sysrq-trigger; sleep 60; }
 trap off EXIT

@@ -140,8 +140,17 @@ func TestKernelWireGuardEffect(t *testing.T) {
 	if err := effect(after); err != nil {
 		t.Errorf("with the agent (--mark=%s): %v", *agentMark, err)
 	}
-	if !bulkAfter.Complete() || bulkAfter.MBps() <= bulkBefore.MBps() {
-		t.Errorf("bulk TCP with the agent should complete, faster than without: before %v; after %v", bulkBefore, bulkAfter)
+	// wireguard-go starves without the agent (the kernel refuses its UDP
+	// GSO batches larger than the route's MTU), so the agent must make the
+	// transfer faster. The kernel's WireGuard sends without GSO and its
+	// fragments arrive: without the agent the transfer is fragmented, not
+	// starved, and its speed is no measure of the agent (on 5.10 in an
+	// emulated guest it was the faster of the two); FragOKs above is.
+	if !bulkAfter.Complete() {
+		t.Errorf("bulk TCP with the agent should complete: %v", bulkAfter)
+	}
+	if w.p.wireguardGo != "" && bulkAfter.MBps() <= bulkBefore.MBps() {
+		t.Errorf("bulk TCP through wireguard-go with the agent should be faster than without: before %v; after %v", bulkBefore, bulkAfter)
 	}
 	if !w.unmarkedSplit() {
 		t.Errorf("host traffic to the peer should use table 900 at the tunnel MTU:\n%s", w.ipOut(w.worker, "route get 10.0.0.9"))

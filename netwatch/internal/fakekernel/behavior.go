@@ -31,18 +31,21 @@ type Behavior struct {
 	// request of those families fails with EAFNOSUPPORT, as there.
 	MulticastRules bool
 	// LinkDeleteNamesRequester: the RTM_DELLINK event of a link deleted
-	// by a request carries the requester's port and sequence (5.10, 6.1),
-	// rather than port 0 (6.12 and later).
+	// by a request carries the requester's port and sequence (Debian's
+	// 6.1), rather than port 0 (5.10, 6.12, 6.18).
 	LinkDeleteNamesRequester bool
 	// AddressErrorMessages: a failed address request carries an
-	// extended-ack message ("ipv4: Address not found"), as from 6.3 on;
-	// earlier kernels send the errno alone.
+	// extended-ack message ("ipv4: Address not found"), as 6.12 and 6.18
+	// do; 5.10 and 6.1 send the errno alone.
 	AddressErrorMessages bool
 	// IPv6PrefSrcEveryLink: removing an IPv6 address takes it off the
-	// routes of every link that use it as preferred source (6.5 and
-	// later); earlier kernels take it only off the routes of the
-	// address's own link.
+	// routes of every link that use it as preferred source (6.12, 6.18);
+	// 5.10 and 6.1 take it only off the routes of the address's own link.
 	IPv6PrefSrcEveryLink bool
+	// IPv6RouteTOSRefused: an IPv6 route request with a TOS (dsfield)
+	// fails with EINVAL (6.1 and later); 5.10 adds the route and ignores
+	// the TOS.
+	IPv6RouteTOSRefused bool
 }
 
 // DefaultBehavior is the behaviour of a recent kernel (6.12 and later) as
@@ -51,6 +54,7 @@ var DefaultBehavior = Behavior{
 	MulticastRules:       true,
 	AddressErrorMessages: true,
 	IPv6PrefSrcEveryLink: true,
+	IPv6RouteTOSRefused:  true,
 }
 
 // ProbeBehavior asks the running kernel how it behaves where kernels
@@ -117,6 +121,28 @@ func ProbeBehavior(ns *nstest.NS) (Behavior, error) {
 		return b, err
 	}
 	b.IPv6PrefSrcEveryLink = !strings.Contains(" "+out+" ", " src ")
+
+	// An IPv6 route with a TOS, through msprobe1.
+	out, err = ns.IP("-o", "link", "show", "dev", "msprobe1")
+	if err != nil {
+		return b, err
+	}
+	n1, _, _ := strings.Cut(out, ":")
+	index1, err := strconv.ParseUint(n1, 10, 32)
+	if err != nil {
+		return b, fmt.Errorf("ip -o link show: %q", out)
+	}
+	_, err = do(unix.RTM_NEWROUTE, ack|netlink.Create|netlink.Excl, &rtnetlink.RouteMessage{
+		Family: unix.AF_INET6, DstLength: 64, Tos: 4, Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_BOOT,
+		Scope: unix.RT_SCOPE_UNIVERSE, Type: unix.RTN_UNICAST,
+		Attributes: rtnetlink.RouteAttributes{Dst: netip.MustParseAddr("fd00:7::").AsSlice(), OutIface: uint32(index1)},
+	})
+	switch {
+	case errors.Is(err, unix.EINVAL):
+		b.IPv6RouteTOSRefused = true
+	case err != nil:
+		return b, fmt.Errorf("an IPv6 route with a TOS: %w", err)
+	}
 
 	// Who the RTM_DELLINK event of a requested delete names.
 	out, err = ns.IP("-o", "link", "show", "dev", "msprobe0")

@@ -93,5 +93,28 @@ func TestBehaviorDifferences(t *testing.T) {
 				t.Errorf("links whose route kept the removed prefsrc: %v, want %v", kept, want)
 			}
 		})
+		t.Run(fmt.Sprint("IPv6RouteTOSRefused=", on), func(t *testing.T) {
+			k := NewWith(Behavior{IPv6RouteTOSRefused: on})
+			t.Cleanup(func() { k.Close() })
+			idx := k.AddLink("eth0", "veth", 0, true)
+			c := dialFake(t, k, nil, 0)
+			_, err := c.Execute(request(unix.RTM_NEWROUTE, fAdd, rt("fd0c::/64", 900, func(m *rtnetlink.RouteMessage) {
+				m.Attributes.OutIface, m.Tos = idx, 4
+			})))
+			if on != errors.Is(err, unix.EINVAL) || !on && err != nil {
+				t.Fatalf("an IPv6 route with a TOS: %v; want EINVAL %v", err, on)
+			}
+			var got []string
+			for _, r := range k.Routes() {
+				got = append(got, fmt.Sprint(r.Dst, " tos ", r.TOS))
+			}
+			want := []string{"fd0c::/64 tos 0"}
+			if on {
+				want = nil
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("routes %v, want %v", got, want)
+			}
+		})
 	}
 }

@@ -521,7 +521,10 @@ func (k *Kernel) reqRoute(m netlink.Message, o *origin, add bool) *kerr {
 		return fail(unix.EOPNOTSUPP, "netwatchtest: source-specific routes are not modelled")
 	}
 	if fam == unix.AF_INET6 && q.msg.Tos != 0 {
-		return fail(unix.EINVAL, "Invalid dsfield (tos): option not available for IPv6")
+		if k.behavior.IPv6RouteTOSRefused {
+			return fail(unix.EINVAL, "Invalid dsfield (tos): option not available for IPv6")
+		}
+		q.route.TOS = 0 // ignored, as 5.10 does
 	}
 	if q.msg.Flags&(unix.RTNH_F_DEAD|unix.RTNH_F_LINKDOWN) != 0 {
 		return fail(unix.EINVAL, "Invalid rtm_flags - can not contain DEAD or LINKDOWN")
