@@ -5,8 +5,9 @@
 //
 // # The list-watch loop
 //
-// A Source and a PeerSource run one loop (listwatch.go) and differ only in what they read
-// and keep. The loop reads the whole state, then watches from its resourceVersion asking for
+// A Source and a PeerSource run one loop (listwatch.go, around kubeapi.ListWatch, which
+// package kubewatch shares) and differ only in what they read and keep. The loop reads the
+// whole state, then watches from its resourceVersion asking for
 // bookmarks (etcd 3.4 refuses bookmarks on a watch without a resourceVersion). A watch that
 // ends is resumed from the last resourceVersion seen; an ERROR event with code 410 (or a 410
 // answer) means the resourceVersion is too old, so the state is read again; so does an event

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/marksplit/marksplit/internal/kubeapi"
 )
 
@@ -81,117 +80,28 @@ func (lw *listWatch) start(ctx context.Context, nilReport bool, begin func()) er
 	return nil
 }
 
-// run reads and watches until ctx ends.
+// run reads and watches until ctx ends, in the one list-watch loop.
 func (lw *listWatch) run(ctx context.Context) {
-	log, b := lw.cfg.Logger, lw.cfg.Backoff
-	b.Reset()
-	var (
-		rv       string    // where the next watch starts; "" means read first
-		resyncAt time.Time // when the next full read is due; zero with no resync
-		// failing is set while watches fail without delivering an event, so that the
-		// reads in between do not reset the back-off and a broken watch is not retried hot.
-		failing bool
-	)
-	for ctx.Err() == nil {
-		if rv == "" || !resyncAt.IsZero() && !time.Now().Before(resyncAt) {
-			got, err := lw.r.read(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				rv = ""
-				d := kubeapi.NextBackOff(b)
-				if errors.Is(err, errNotFound) {
-					log.Info(err.Error(), "retry_in_s", d.Seconds())
-				} else {
-					log.Warn(err.Error(), "retry_in_s", d.Seconds())
-				}
-				if !kubeapi.Sleep(ctx, d) {
-					return
-				}
-				continue
+	log := lw.cfg.Logger
+	loop := kubeapi.ListWatch{
+		Read: lw.r.read,
+		ReadFailed: func(err error, d time.Duration) {
+			if errors.Is(err, errNotFound) {
+				log.Info(err.Error(), "retry_in_s", d.Seconds())
+			} else {
+				log.Warn(err.Error(), "retry_in_s", d.Seconds())
 			}
-			rv = got
-			if lw.resync > 0 {
-				resyncAt = time.Now().Add(lw.resync)
-			}
-			if !failing {
-				b.Reset()
-			}
-		}
-
-		end := lw.watch(ctx, rv, resyncAt, b)
-		rv = end.rv
-		if end.progress {
-			failing = false
-		}
-		if !lw.ended(ctx, end, &rv, &failing) {
-			return
-		}
+		},
+		Watch:   lw.watch,
+		Resync:  lw.resync,
+		Backoff: lw.cfg.Backoff,
+		Logger:  log,
+		Prefix:  "ciliumnode", Attr: "watch", What: lw.what,
+		Kept:  func() string { return "keeping " + lw.kept },
+		Again: lw.again,
 	}
+	loop.Run(ctx)
 }
-
-// ended handles the end of a watch: what to log, whether to read again (rv set to ""),
-// and how long to wait. It reports whether ctx is still live.
-func (lw *listWatch) ended(ctx context.Context, end watchEnd, rv *string, failing *bool) bool {
-	log, b, again := lw.cfg.Logger, lw.cfg.Backoff, lw.again
-	switch end.kind {
-	case endCanceled:
-		return false
-	case endResync:
-		log.Debug("ciliumnode: resync", "watch", lw.what)
-		*rv = ""
-		return true
-	case endGone:
-		log.Info(end.err.Error() + "; " + again)
-		*rv = ""
-	case endClosed:
-		if end.err != nil {
-			log.Warn(end.err.Error()+"; restarting it", "resource_version", *rv)
-		} else {
-			log.Debug("ciliumnode: watch ended; resuming", "resource_version", *rv)
-		}
-	case endFailed, endCorrupt:
-		d := kubeapi.NextBackOff(b)
-		if end.kind == endCorrupt {
-			log.Warn(end.err.Error()+"; keeping "+lw.kept+" and "+again, "retry_in_s", d.Seconds())
-			*rv = ""
-		} else {
-			log.Warn(end.err.Error(), "retry_in_s", d.Seconds())
-		}
-		*failing = !end.progress
-		return kubeapi.Sleep(ctx, d)
-	}
-	if end.progress {
-		return true
-	}
-	*failing = true
-	return kubeapi.Sleep(ctx, kubeapi.NextBackOff(b))
-}
-
-// How a watch ended.
-type endKind int
-
-const (
-	endCanceled endKind = iota // Run's context ended
-	endResync                  // the resync is due: read again
-	endGone                    // 410: read again
-	endClosed                  // the server ended it cleanly, or it went silent: resume from rv
-	endFailed                  // an error: back off, then resume from rv
-	endCorrupt                 // an object that cannot be skipped: back off, then read again
-)
-
-type watchEnd struct {
-	kind     endKind
-	rv       string // the last resourceVersion seen
-	progress bool   // at least one event arrived
-	err      error
-}
-
-var (
-	errResync = errors.New("resync due")
-	errSilent = errors.New("watch silent")
-)
 
 // watchEvent is one event of a watch.
 type watchEvent struct {
@@ -201,44 +111,36 @@ type watchEvent struct {
 
 // watch watches from resourceVersion rv until the resync is due, ctx ends or the watch
 // ends, applying events as they arrive.
-func (lw *listWatch) watch(ctx context.Context, rv string, resyncAt time.Time, b backoff.BackOff) watchEnd {
-	end := watchEnd{rv: rv}
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if !resyncAt.IsZero() {
-		resync := time.AfterFunc(time.Until(resyncAt), func() { cancel(errResync) })
-		defer resync.Stop()
-	}
-	// The silence timer is pushed back by complete events only, not by bytes: a server
-	// that trickles bytes without ever completing an event is restarted all the same.
-	silence := time.AfterFunc(lw.cfg.WatchTimeout, func() { cancel(errSilent) })
-	defer silence.Stop()
+func (lw *listWatch) watch(ctx context.Context, rv string, resyncAt time.Time) kubeapi.WatchEnd {
+	end := kubeapi.WatchEnd{RV: rv}
+	wctx := kubeapi.StartWatch(ctx, resyncAt, lw.cfg.WatchTimeout)
+	defer wctx.Stop()
 
-	fail := func(kind endKind, o outcome, err error) watchEnd {
+	fail := func(kind kubeapi.EndKind, o outcome, err error) kubeapi.WatchEnd {
 		switch {
 		case ctx.Err() != nil:
-			end.kind = endCanceled
-		case context.Cause(wctx) == errResync:
+			end.Kind = kubeapi.EndCanceled
+		case wctx.ResyncDue():
 			lw.count(outcomeOK)
-			end.kind = endResync
-		case context.Cause(wctx) == errSilent:
+			end.Kind = kubeapi.EndResync
+		case wctx.Silent():
 			lw.count(outcomeWatchRestart)
-			end.kind = endClosed
-			end.err = fmt.Errorf("ciliumnode: watch %s: no complete event for %v", lw.what, lw.cfg.WatchTimeout)
+			end.Kind = kubeapi.EndClosed
+			end.Err = fmt.Errorf("ciliumnode: watch %s: no complete event for %v", lw.what, lw.cfg.WatchTimeout)
 		default:
 			lw.count(o)
-			end.kind = kind
+			end.Kind = kind
 			if o == outcomeGone {
-				end.kind = endGone
+				end.Kind = kubeapi.EndGone
 			}
-			end.err = fmt.Errorf("ciliumnode: watch %s from resourceVersion %s: %w", lw.what, rv, err)
+			end.Err = fmt.Errorf("ciliumnode: watch %s from resourceVersion %s: %w", lw.what, rv, err)
 		}
 		return end
 	}
 
 	resp, o, err := do(wctx, lw.client, lw.cfg.TokenFile, lw.watchURL+url.QueryEscape(rv))
 	if err != nil {
-		return fail(endFailed, o, err)
+		return fail(kubeapi.EndFailed, o, err)
 	}
 	defer resp.Body.Close()
 	lim := &objectLimit{r: resp.Body}
@@ -249,31 +151,30 @@ func (lw *listWatch) watch(ctx context.Context, rv string, resyncAt time.Time, b
 		switch {
 		case err == nil, skippable(err) && isChange(ev.Type):
 		case skippable(err) && ev.Type == "ERROR":
-			return fail(endFailed, outcomeDecodeError, errors.New("ERROR event without a Status"))
+			return fail(kubeapi.EndFailed, outcomeDecodeError, errors.New("ERROR event without a Status"))
 		case wctx.Err() != nil:
 			// Canceled: by Run's context, the resync or the silence timer. Over HTTP/1.1
 			// the cut body may even read as a clean io.EOF.
-			return fail(endFailed, outcomeNone, err)
+			return fail(kubeapi.EndFailed, outcomeNone, err)
 		case err == io.EOF:
 			lw.count(outcomeWatchRestart)
-			end.kind = endClosed
+			end.Kind = kubeapi.EndClosed
 			return end
 		case skippable(err):
-			return fail(endCorrupt, outcomeDecodeError, fmt.Errorf("%s event: %w", kubeapi.OneLine(ev.Type), err))
+			return fail(kubeapi.EndCorrupt, outcomeDecodeError, fmt.Errorf("%s event: %w", kubeapi.OneLine(ev.Type), err))
 		case errors.Is(lim.err, errObjectTooLarge):
-			return fail(endFailed, outcomeDecodeError, fmt.Errorf("decode event: %w", errObjectTooLarge))
+			return fail(kubeapi.EndFailed, outcomeDecodeError, fmt.Errorf("decode event: %w", errObjectTooLarge))
 		case lim.err != nil && lim.err != io.EOF, errors.Is(err, io.ErrUnexpectedEOF):
-			return fail(endFailed, outcomeNetworkError, err)
+			return fail(kubeapi.EndFailed, outcomeNetworkError, err)
 		default:
-			return fail(endFailed, outcomeDecodeError, fmt.Errorf("decode event: %w", err))
+			return fail(kubeapi.EndFailed, outcomeDecodeError, fmt.Errorf("decode event: %w", err))
 		}
-		silence.Reset(lw.cfg.WatchTimeout)
+		wctx.Event()
 		ek, oc, err := lw.apply(&ev, err)
 		if err != nil {
 			return fail(ek, oc, err)
 		}
-		end.rv, end.progress = ev.Object.Metadata.ResourceVersion, true
-		b.Reset()
+		end.RV, end.Progress = ev.Object.Metadata.ResourceVersion, true
 	}
 }
 
@@ -281,34 +182,34 @@ func isChange(typ string) bool { return typ == "ADDED" || typ == "MODIFIED" || t
 
 // apply checks one decoded event and hands a change to the reader. An error ends the watch
 // as kind, counted as o.
-func (lw *listWatch) apply(ev *watchEvent, decodeErr error) (end endKind, o outcome, err error) {
+func (lw *listWatch) apply(ev *watchEvent, decodeErr error) (end kubeapi.EndKind, o outcome, err error) {
 	obj := &ev.Object
 	switch {
 	case isChange(ev.Type):
 		if obj.Metadata.ResourceVersion == "" {
-			return endCorrupt, outcomeDecodeError, fmt.Errorf("%s event: %s without metadata.resourceVersion", ev.Type, kind)
+			return kubeapi.EndCorrupt, outcomeDecodeError, fmt.Errorf("%s event: %s without metadata.resourceVersion", ev.Type, kind)
 		}
 		if err := lw.r.event(ev.Type, obj, decodeErr); err != nil {
-			return endCorrupt, outcomeDecodeError, fmt.Errorf("%s event: %w", ev.Type, err)
+			return kubeapi.EndCorrupt, outcomeDecodeError, fmt.Errorf("%s event: %w", ev.Type, err)
 		}
 	case ev.Type == "BOOKMARK":
 		if err := obj.checkKind(true); err != nil {
-			return endCorrupt, outcomeDecodeError, fmt.Errorf("BOOKMARK event: %w", err)
+			return kubeapi.EndCorrupt, outcomeDecodeError, fmt.Errorf("BOOKMARK event: %w", err)
 		}
 		if obj.Metadata.ResourceVersion == "" {
-			return endCorrupt, outcomeDecodeError, fmt.Errorf("BOOKMARK event: %s without metadata.resourceVersion", kind)
+			return kubeapi.EndCorrupt, outcomeDecodeError, fmt.Errorf("BOOKMARK event: %s without metadata.resourceVersion", kind)
 		}
 	case ev.Type == "ERROR":
 		if obj.Kind != "Status" {
-			return endFailed, outcomeDecodeError, errors.New("ERROR event without a Status")
+			return kubeapi.EndFailed, outcomeDecodeError, errors.New("ERROR event without a Status")
 		}
 		o = outcomeHTTPError
 		if obj.Code == http.StatusGone {
 			o = outcomeGone
 		}
-		return endFailed, o, fmt.Errorf("ERROR event: %d %s: %s", obj.Code, obj.Reason, kubeapi.OneLine(obj.Message))
+		return kubeapi.EndFailed, o, fmt.Errorf("ERROR event: %d %s: %s", obj.Code, obj.Reason, kubeapi.OneLine(obj.Message))
 	default:
-		return endFailed, outcomeDecodeError, fmt.Errorf("unknown event type %q", kubeapi.OneLine(ev.Type))
+		return kubeapi.EndFailed, outcomeDecodeError, fmt.Errorf("unknown event type %q", kubeapi.OneLine(ev.Type))
 	}
 	return 0, outcomeNone, nil
 }

@@ -20,7 +20,8 @@
 // start over with a list; the list is also read again every Config.Resync while the watch
 // is healthy. A watch that completes no event, not even a bookmark, for
 // Config.WatchTimeout is restarted. Failures back off (Config.Backoff), and a watch that
-// keeps failing right after a list is not retried hot.
+// keeps failing right after a list is not retried hot. This is the list-watch loop of
+// package kubeapi (kubeapi.ListWatch), which the CiliumNode sources share.
 //
 // # Bounds
 //

@@ -182,14 +182,10 @@ func (w *Watcher) Run(ctx context.Context, report func(State)) error {
 }
 
 func (w *Watcher) run(ctx context.Context, report func(State)) {
-	log, b := w.cfg.Logger, w.cfg.Backoff
-	b.Reset()
+	log := w.cfg.Logger
 	var (
 		state    State
 		reported bool
-		rv       string    // where the next watch starts; "" means list first
-		resyncAt time.Time // when the next list is due
-		failing  bool      // watches fail without an event: lists do not reset the back-off
 	)
 	set := func(s State) {
 		if !reported || s != state {
@@ -200,68 +196,34 @@ func (w *Watcher) run(ctx context.Context, report func(State)) {
 			report(s)
 		}
 	}
-	for ctx.Err() == nil {
-		if rv == "" || !time.Now().Before(resyncAt) {
-			got, s, err := w.list(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				rv = ""
-				d := kubeapi.NextBackOff(b)
-				kept := "keeping it " + state.String()
-				if !reported {
-					kept = "not known yet"
-				}
-				log.Warn(err.Error()+"; "+kept, "retry_in_s", d.Seconds())
-				if !reported {
-					set(Unknown) // after the warning, which says why
-				}
-				if !kubeapi.Sleep(ctx, d) {
-					return
-				}
-				continue
+	kept := func() string { return "keeping it " + state.String() }
+	loop := kubeapi.ListWatch{
+		Read: func(ctx context.Context) (string, error) {
+			rv, s, err := w.list(ctx)
+			if err == nil {
+				set(s)
 			}
-			set(s)
-			rv, resyncAt = got, time.Now().Add(w.cfg.Resync)
-			if !failing {
-				b.Reset()
+			return rv, err
+		},
+		ReadFailed: func(err error, d time.Duration) {
+			if !reported {
+				log.Warn(err.Error()+"; not known yet", "retry_in_s", d.Seconds())
+				set(Unknown) // after the warning, which says why
+				return
 			}
-		}
-		end := w.watch(ctx, rv, resyncAt, set)
-		switch {
-		case end.canceled:
-			return
-		case end.resync:
-			log.Debug("kubewatch: resync", "object", w.what)
-			rv = ""
-			continue
-		}
-		if end.progress {
-			failing = false
-			b.Reset()
-		}
-		rv = end.rv
-		if end.relist {
-			rv = ""
-		}
-		if end.err == nil && end.progress {
-			log.Debug("kubewatch: watch ended; resuming", "object", w.what, "resource_version", rv)
-			continue
-		}
-		d := kubeapi.NextBackOff(b)
-		failing = !end.progress
-		if end.err != nil {
-			if end.gone {
-				log.Info(end.err.Error()+"; listing again", "retry_in_s", d.Seconds())
-			} else {
-				log.Warn(end.err.Error()+"; keeping it "+state.String(), "retry_in_s", d.Seconds())
-			}
-		}
-		if !kubeapi.Sleep(ctx, d) {
-			return
-		}
+			log.Warn(err.Error()+"; "+kept(), "retry_in_s", d.Seconds())
+		},
+		Watch: func(ctx context.Context, rv string, resyncAt time.Time) kubeapi.WatchEnd {
+			return w.watch(ctx, rv, resyncAt, set)
+		},
+		Resync:  w.cfg.Resync,
+		Backoff: w.cfg.Backoff,
+		Logger:  log,
+		Prefix:  "kubewatch", Attr: "object", What: w.what,
+		Kept:  kept,
+		Again: "listing again",
 	}
+	loop.Run(ctx)
 }
 
 // get sends a GET of pathQuery and returns the response of a 200 answer for the caller

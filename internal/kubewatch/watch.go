@@ -128,45 +128,25 @@ func readLimited(r io.Reader, max int64) ([]byte, error) {
 	return b, err
 }
 
-// watchEnd is how a watch ended.
-type watchEnd struct {
-	canceled bool   // Run's context ended
-	resync   bool   // the resync is due: list again at once
-	rv       string // the last resourceVersion seen
-	progress bool   // at least one event arrived
-	relist   bool   // list before watching again (410, an event not to be trusted)
-	gone     bool   // 410
-	err      error  // why it failed; nil when the server ended it cleanly
-}
-
-var (
-	errResync = errors.New("resync due")
-	errSilent = errors.New("watch silent")
-)
-
 // watch watches from rv until the resync is due, ctx ends or the watch ends, calling set
 // with the state each change event says.
-func (w *Watcher) watch(ctx context.Context, rv string, resyncAt time.Time, set func(State)) watchEnd {
-	end := watchEnd{rv: rv}
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	resync := time.AfterFunc(time.Until(resyncAt), func() { cancel(errResync) })
-	defer resync.Stop()
-	// Pushed back by complete events only: a server that trickles bytes is restarted.
-	silence := time.AfterFunc(w.cfg.WatchTimeout, func() { cancel(errSilent) })
-	defer silence.Stop()
+func (w *Watcher) watch(ctx context.Context, rv string, resyncAt time.Time, set func(State)) kubeapi.WatchEnd {
+	end := kubeapi.WatchEnd{RV: rv}
+	wctx := kubeapi.StartWatch(ctx, resyncAt, w.cfg.WatchTimeout)
+	defer wctx.Stop()
 
-	fail := func(relist bool, err error) watchEnd {
+	fail := func(kind kubeapi.EndKind, err error) kubeapi.WatchEnd {
 		switch {
 		case ctx.Err() != nil:
-			end.canceled = true
-		case context.Cause(wctx) == errResync:
-			end.resync = true
-		case context.Cause(wctx) == errSilent:
-			end.err = fmt.Errorf("kubewatch: watch %s: no complete event for %v", w.what, w.cfg.WatchTimeout)
+			end.Kind = kubeapi.EndCanceled
+		case wctx.ResyncDue():
+			end.Kind = kubeapi.EndResync
+		case wctx.Silent():
+			end.Kind = kubeapi.EndClosed
+			end.Err = fmt.Errorf("kubewatch: watch %s: no complete event for %v", w.what, w.cfg.WatchTimeout)
 		default:
-			end.relist = relist
-			end.err = fmt.Errorf("kubewatch: watch %s from resourceVersion %s: %w", w.what, kubeapi.OneLine(rv), err)
+			end.Kind = kind
+			end.Err = fmt.Errorf("kubewatch: watch %s from resourceVersion %s: %w", w.what, kubeapi.OneLine(rv), err)
 		}
 		return end
 	}
@@ -175,10 +155,9 @@ func (w *Watcher) watch(ctx context.Context, rv string, resyncAt time.Time, set 
 	if err != nil {
 		var se *kubeapi.StatusError
 		if errors.As(err, &se) && se.Code == http.StatusGone {
-			end.gone = true
-			return fail(true, err)
+			return fail(kubeapi.EndGone, err)
 		}
-		return fail(false, err)
+		return fail(kubeapi.EndFailed, err)
 	}
 	defer resp.Body.Close()
 	lim := &eventLimit{r: resp.Body}
@@ -193,24 +172,30 @@ func (w *Watcher) watch(ctx context.Context, rv string, resyncAt time.Time, set 
 		lim.n = 0
 		switch {
 		case wctx.Err() != nil:
-			return fail(false, err)
+			return fail(kubeapi.EndFailed, err)
 		case err == io.EOF:
+			end.Kind = kubeapi.EndClosed
 			return end
 		case err == nil && dec.InputOffset()-start > MaxBody, lim.tooLarge:
-			return fail(false, fmt.Errorf("an event larger than %d bytes", MaxBody))
+			return fail(kubeapi.EndFailed, fmt.Errorf("an event larger than %d bytes", MaxBody))
 		case err != nil:
 			var typeErr *json.UnmarshalTypeError
 			if errors.As(err, &typeErr) {
-				return fail(true, fmt.Errorf("decode event: %w", err)) // a whole value: not to be trusted
+				return fail(kubeapi.EndCorrupt, fmt.Errorf("decode event: %w", err)) // a whole value: not to be trusted
 			}
-			return fail(false, fmt.Errorf("decode event: %w", err))
+			return fail(kubeapi.EndFailed, fmt.Errorf("decode event: %w", err))
 		}
-		silence.Reset(w.cfg.WatchTimeout)
+		wctx.Event()
 		if err := w.event(ev.Type, &ev.Object, set); err != nil {
-			end.gone = ev.Type == "ERROR" && ev.Object.Code == http.StatusGone
-			return fail(ev.Type != "ERROR" || end.gone, err)
+			switch {
+			case ev.Type != "ERROR":
+				return fail(kubeapi.EndCorrupt, err)
+			case ev.Object.Code == http.StatusGone:
+				return fail(kubeapi.EndGone, err)
+			}
+			return fail(kubeapi.EndFailed, err)
 		}
-		end.rv, end.progress = ev.Object.Metadata.ResourceVersion, true
+		end.RV, end.Progress = ev.Object.Metadata.ResourceVersion, true
 	}
 }
 
