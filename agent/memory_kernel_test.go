@@ -19,10 +19,9 @@ import (
 // limited as deploy/daemonset.yaml limits the container: a first install
 // with --underlay-link over 100,000 main routes, and a pass deleting 30,000
 // routes another program put in table 900, and the first --peers=auto pass
-// in a cluster of 15,000 nodes that all encrypt (or as many as
-// internal/ciliumnode's list takes, while it has a count bound below that). Each must converge (`once` exits
-// 0 and the table is as the policy wants) without an OOM kill. It uses the
-// cgroup v2 memory controller where the host has it, else v1.
+// in a cluster of 15,000 nodes that all encrypt. Each must converge (`once`
+// exits 0 and the table is as the policy wants) without an OOM kill. It
+// uses the cgroup v2 memory controller where the host has it, else v1.
 func TestKernelMemoryCgroup(t *testing.T) {
 	limit := daemonSetMemoryLimit(t)
 	t.Run("underlay-100k", func(t *testing.T) {
