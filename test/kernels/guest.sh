@@ -8,6 +8,7 @@
 set -u
 arg() { sed -n "s/.*marksplit\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 WORK=$(arg work)
+REPO=$(arg repo)
 TOOLS=$(arg tools)
 # Go too (the examples' signal tests build their program): the host's.
 export PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
@@ -15,7 +16,16 @@ export MARKSPLIT_KERNEL_TESTS=1 GOTRACEBACK=all
 off() { sync; echo o >/proc/sysrq-trigger; sleep 60; }
 trap off EXIT
 mount -t tmpfs tmpfs /run
-mount -t tmpfs -o size=512m tmpfs /tmp
+# A fresh /tmp for the tests. A repository under the host's /tmp (a CI's
+# clone there) is bound back in, where the plan's directories name it.
+case "$REPO" in
+/tmp/*)
+	mkdir -p /run/host-tmp && mount --bind /tmp /run/host-tmp
+	mount -t tmpfs -o size=512m tmpfs /tmp
+	mkdir -p "$REPO" && mount --bind "/run/host-tmp/${REPO#/tmp/}" "$REPO"
+	;;
+*) mount -t tmpfs -o size=512m tmpfs /tmp ;;
+esac
 mkdir -p /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup
 mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 # modprobe for the kernel's autoload: kmod from the cache, with its library.
