@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/marksplit/marksplit/internal/apitest"
+	"github.com/marksplit/marksplit/internal/peakrss"
 )
 
 // BenchmarkKernelPeersFirstPass measures the first pass of --peers=auto in a
@@ -75,18 +75,16 @@ func newEncryptingCluster(tb testing.TB, s *seed, nodes int) *peerAPI {
 }
 
 // runOnceIn runs `bin once` with args and env in the seed's namespace and
-// returns its peak RSS in KiB (ru_maxrss) and wall time.
+// returns its peak RSS in KiB (its own VmHWM: see internal/peakrss for why
+// not ru_maxrss) and wall time.
 func runOnceIn(s *seed, bin string, env []string, args ...string) (rssKiB int64, took time.Duration, err error) {
 	cmd := exec.Command("nsenter", append([]string{"--net=" + s.ns.Path(), bin, "once", "--metrics-addr="}, args...)...)
 	cmd.Env = env
 	var out strings.Builder
 	cmd.Stderr = &out
 	start := time.Now()
-	err = cmd.Run()
+	rssKiB, err = peakrss.Run(cmd, bin)
 	took = time.Since(start)
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		rssKiB = ru.Maxrss
-	}
 	if err != nil {
 		err = fmt.Errorf("%v: %s", err, strings.TrimSpace(out.String()))
 	}

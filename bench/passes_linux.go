@@ -9,8 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/marksplit/marksplit/internal/peakrss"
 )
 
 // passSection measures each passCase with the agent of this tree and with
@@ -107,13 +108,13 @@ func runPass(c passCase, bin string) (passResult, error) {
 	var out strings.Builder
 	cmd.Stderr = &out
 	start := time.Now()
-	err := cmd.Run()
-	r := passResult{Case: c.Name, Took: time.Since(start)}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.PeakRSS = ru.Maxrss
-	}
+	rss, err := peakrss.Run(cmd, bin)
+	r := passResult{Case: c.Name, Took: time.Since(start), PeakRSS: rss}
 	if err != nil {
-		r.Err = cmd.ProcessState.String()
+		r.Err = err.Error()
+		if cmd.ProcessState != nil {
+			r.Err = cmd.ProcessState.String()
+		}
 		if s := strings.TrimSpace(out.String()); s != "" {
 			lines := strings.Split(s, "\n")
 			r.Err += ": " + lines[len(lines)-1]

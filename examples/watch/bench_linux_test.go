@@ -7,10 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/marksplit/marksplit/internal/peakrss"
 	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 )
 
@@ -46,10 +46,11 @@ func BenchmarkKernelDump(b *testing.B) {
 		defer out.Close()
 		cmd.Stdout = out
 		start := time.Now()
-		if err := cmd.Run(); err != nil {
+		rss, err := peakrss.Run(cmd, args[0])
+		if err != nil {
 			b.Fatalf("%v: %v", args, err)
 		}
-		return time.Since(start), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+		return time.Since(start), rss
 	}
 	for range b.N {
 		var watchT, ipT []time.Duration
