@@ -85,13 +85,7 @@ func peerNotes(idx mainIndex, f netwatch.Family, peers []netip.Addr, d *reconcil
 func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link, peers []netip.Addr, d *reconcile.Desired, idx mainIndex) {
 	peerNotes(idx, f, peers, d)
 	srcs := newSources(v, f)
-	first, n := len(d.Routes), 0
-	for _, a := range peers {
-		if netwatch.FamilyOf(a) == f {
-			n++
-		}
-	}
-	d.Routes = slices.Grow(d.Routes, n)
+	n := 0 // host routes, in d.RouteSet (desired made it)
 	var throws []netwatch.Route
 	seenThrow := make(map[netwatch.RouteKey]bool)
 	repaired := make(map[netwatch.RouteKey]bool)
@@ -126,7 +120,8 @@ func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 			Type:     netwatch.RouteUnicast,
 			Flags:    path.Flags,
 		}.Clean()
-		d.Routes = append(d.Routes, h)
+		d.RouteSet.Add(h)
+		n++
 		for _, s := range idx.selective {
 			if !s.Dst.Contains(a) || s.Dst.Bits() < path.Dst.Bits() {
 				continue
@@ -148,7 +143,7 @@ func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 			}
 		}
 	}
-	if len(d.Routes) == first {
+	if n == 0 {
 		return
 	}
 	d.Routes = append(d.Routes, throws...)

@@ -20,7 +20,7 @@ func BenchmarkDesiredPeers5000(b *testing.B) {
 	}
 	s := node()
 	d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peers)
-	s.Routes = append(s.Routes, d.Routes...)
+	s.Routes = append(s.Routes, flat(d).Routes...)
 	s.Rules = append(s.Rules, d.Rules...)
 	v := s.View()
 	b.Run("DesiredPeers", func(b *testing.B) {
@@ -83,7 +83,7 @@ func BenchmarkDesiredUnderlay100k(b *testing.B) {
 	if !ok {
 		b.Fatal("Desired: not ok")
 	}
-	s.Routes = append(s.Routes, d.Routes...)
+	s.Routes = append(s.Routes, flat(d).Routes...)
 	s.Rules = append(s.Rules, d.Rules...)
 	v := s.View()
 	b.Run("Desired", func(b *testing.B) {

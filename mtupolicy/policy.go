@@ -117,19 +117,9 @@ func (c Config) desired(v netwatch.View, mode Mode, split func(netwatch.View, ne
 		d.Notes = []string{"tunnel link " + c.TunnelLink + " is down: nothing is split"}
 		return d, true
 	}
-	if c.UnderlayLink != "" {
-		// Room for a table route per main route of both families, sized
-		// once: growing it for the second family would hold the first
-		// family's copy and a larger one at once. RouteCount would count
-		// every table's routes, the owned one's too.
-		n := 0
-		for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
-			for range v.Routes(f, netwatch.TableMain) {
-				n++
-			}
-		}
-		d.Routes = make([]netwatch.Route, 0, n)
-	}
+	// The table routes (one for each main route, with --underlay-link) go
+	// in a RouteSet, at an eighth of a []Route's memory.
+	d.RouteSet = new(netwatch.RouteSet)
 	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
 		if min := MinMTU(f); tun.MTU < min {
 			d.Notes = append(d.Notes, fmt.Sprintf("%v: tunnel link %s's MTU %d is below the family's minimum %d: %v is not split",
@@ -188,12 +178,10 @@ func (c Config) rule(f netwatch.Family) netwatch.Rule {
 }
 
 func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d *reconcile.Desired) {
-	// The table routes go straight into d.Routes: with --underlay-link a
-	// pass over a full table copies each route once, not three times.
-	start := len(d.Routes)
 	var rest []netwatch.Route
 	srcs := make(map[uint32][]netwatch.Addr) // SourceAddrs by link, asked once per pass
-	for r := range c.candidates(v, f, d) {
+	n := 0
+	for r := range c.candidates(v, f) {
 		out, ok := c.selects(v, r, tun)
 		if !ok {
 			rest = append(rest, r)
@@ -215,24 +203,29 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 			Type:     netwatch.RouteUnicast,
 			Flags:    r.Flags,
 		}.Clean()
-		d.Routes = append(d.Routes, t)
+		d.RouteSet.Add(t)
+		n++
 		if c.Repair && r.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU {
 			d.Repairs = append(d.Repairs, repair(r))
 		}
 	}
-	split := d.Routes[start:]
-	if len(split) == 0 {
+	if n == 0 {
 		return
 	}
 	lo := loopback(v)
-	var throws []netwatch.Route
-	var keys map[netwatch.RouteKey]bool // of split and throws: one route per key
+	// A main route left out gets a throw where a table route covers it.
+	var dsts []netip.Prefix // of the table routes, sorted
 	if len(rest) > 0 {
-		keys = make(map[netwatch.RouteKey]bool, len(split))
-		for _, t := range split {
-			keys[t.Key()] = true // one per main key, which are unique
+		for t := range d.RouteSet.All() {
+			if t.Family == f {
+				dsts = append(dsts, t.Dst)
+			}
 		}
+		slices.SortFunc(dsts, netip.Prefix.Compare)
+		dsts = slices.Compact(dsts)
 	}
+	var throws []netwatch.Route
+	seen := make(map[netwatch.RouteKey]bool) // of the throws: one route per key
 	for _, m := range rest {
 		t := netwatch.Route{
 			Family:   m.Family,
@@ -248,14 +241,25 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 		if f == netwatch.IPv6 {
 			t.Index = lo // the kernel hangs IPv6 throw routes on lo and says so
 		}
-		if keys[t.Key()] || !slices.ContainsFunc(split, func(s netwatch.Route) bool { return covers(s.Dst, m.Dst) }) {
+		if _, split := d.RouteSet.Get(t.Key()); split || seen[t.Key()] || !covered(dsts, m.Dst) {
 			continue
 		}
-		keys[t.Key()] = true
+		seen[t.Key()] = true
 		throws = append(throws, t)
 	}
 	d.Routes = append(d.Routes, throws...)
 	d.Rules = append(d.Rules, c.rule(f))
+}
+
+// covered reports whether a prefix of dsts (sorted, by netip.Prefix.Compare)
+// covers p.
+func covered(dsts []netip.Prefix, p netip.Prefix) bool {
+	for bits := p.Bits(); bits >= 0; bits-- {
+		if _, ok := slices.BinarySearchFunc(dsts, netip.PrefixFrom(p.Addr(), bits).Masked(), netip.Prefix.Compare); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // candidates yields the main routes of family f that the split may select,
@@ -266,7 +270,7 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 // grows d.Routes for the routes inside cfg.Prefixes. A route a
 // table route covers lies inside the prefix that table route lies in, so
 // the throws need nothing else.
-func (c Config) candidates(v netwatch.View, f netwatch.Family, d *reconcile.Desired) iter.Seq[netwatch.Route] {
+func (c Config) candidates(v netwatch.View, f netwatch.Family) iter.Seq[netwatch.Route] {
 	if c.UnderlayLink != "" {
 		// Every main route is a candidate, and the first route of each
 		// key is the one the table yields first.
@@ -297,7 +301,6 @@ func (c Config) candidates(v netwatch.View, f netwatch.Family, d *reconcile.Desi
 		}
 	}
 	slices.SortFunc(mains, func(a, b netwatch.Route) int { return a.Key().Compare(b.Key()) })
-	d.Routes = slices.Grow(d.Routes, len(mains))
 	return slices.Values(mains)
 }
 

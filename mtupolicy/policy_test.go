@@ -245,7 +245,7 @@ func TestCase01FreshNode(t *testing.T) {
 		Rules:   []netwatch.Rule{rule4, rule6},
 		Repairs: []netwatch.Route{nodeNetRepair},
 	}
-	if diff := cmp.Diff(want, d, cmpNet); diff != "" {
+	if diff := cmp.Diff(flat(want), flat(d), cmpNet); diff != "" {
 		t.Errorf("Desired (-want +got):\n%s", diff)
 	}
 
@@ -360,7 +360,7 @@ func TestCase05OptedOutClean(t *testing.T) {
 	if !ok {
 		t.Fatal("Desired: not ok")
 	}
-	if diff := cmp.Diff(reconcile.Desired{Own: ownedEverywhere}, d, cmpNet); diff != "" {
+	if diff := cmp.Diff(reconcile.Desired{Own: ownedEverywhere}, flat(d), cmpNet); diff != "" {
 		t.Errorf("Desired (-want +got):\n%s", diff)
 	}
 	settled(t, node(), config(), mtupolicy.ModeOff)
@@ -787,7 +787,7 @@ func TestSelection(t *testing.T) {
 			if !ok {
 				t.Fatal("Desired: not ok")
 			}
-			if diff := cmp.Diff(tt.want, d.Routes, cmpNet); diff != "" {
+			if diff := cmp.Diff(sortedRoutes(tt.want), flat(d).Routes, cmpNet); diff != "" {
 				t.Errorf("table routes (-want +got):\n%s", diff)
 			}
 			// Every pass converges, and the split changes no packet's
@@ -877,7 +877,7 @@ func TestPrefSrc(t *testing.T) {
 			cfg := config()
 			cfg.Prefixes, cfg.UnderlayLink = nil, "enp7s0"
 			d, _ := mtupolicy.Desired(s.View(), cfg, mtupolicy.ModeOn)
-			if len(d.Routes) != 1 {
+			if d = flat(d); len(d.Routes) != 1 {
 				t.Fatalf("table routes: %v", d.Routes)
 			}
 			if got := d.Routes[0].PrefSrc; got != tt.want {
@@ -928,4 +928,26 @@ func TestModeString(t *testing.T) {
 			t.Errorf("Mode(%d).String() = %q, want %q", int(m), got, want)
 		}
 	}
+}
+
+// flat returns d with the routes of its RouteSet in Routes, and Routes
+// sorted by key: the policy's routes as the tests compare them (Plan
+// depends on neither where a route is nor its order).
+func flat(d reconcile.Desired) reconcile.Desired {
+	var rs []netwatch.Route
+	if d.RouteSet != nil {
+		rs = slices.Collect(d.RouteSet.All())
+	}
+	d.Routes, d.RouteSet = sortedRoutes(append(rs, d.Routes...)), nil
+	return d
+}
+
+// sortedRoutes returns rs sorted by key, nil if empty.
+func sortedRoutes(rs []netwatch.Route) []netwatch.Route {
+	if len(rs) == 0 {
+		return nil
+	}
+	rs = slices.Clone(rs)
+	slices.SortStableFunc(rs, func(a, b netwatch.Route) int { return a.Key().Compare(b.Key()) })
+	return rs
 }

@@ -296,12 +296,12 @@ func TestCase14And15Properties(t *testing.T) {
 
 		// The owned scope holds exactly what is desired.
 		for _, r := range after.Routes {
-			if r.Table == 900 && !slices.ContainsFunc(d.Routes, func(w netwatch.Route) bool { return w.Key() == r.Key() }) {
+			if r.Table == 900 && !slices.ContainsFunc(flat(d).Routes, func(w netwatch.Route) bool { return w.Key() == r.Key() }) {
 				t.Fatalf("undesired route left in the table: %v", r)
 			}
 		}
 		if w.mode == mtupolicy.ModeOff || !hasTun {
-			if len(d.Routes)+len(d.Rules)+len(d.Repairs) != 0 {
+			if len(flat(d).Routes)+len(d.Rules)+len(d.Repairs) != 0 {
 				t.Fatalf("off or no tunnel, yet desired: %+v", d)
 			}
 		}
@@ -376,7 +376,7 @@ func checkRepair(t *rapid.T, v netwatch.View, op netwatch.Op, w world, tun netwa
 // table routes go only after every rule change.
 func checkOrder(t *rapid.T, ops []netwatch.Op, d reconcile.Desired) {
 	desired := make(map[netwatch.RouteKey]bool)
-	for _, r := range d.Routes {
+	for _, r := range flat(d).Routes {
 		desired[r.Key()] = true
 	}
 	lastReplace, firstRuleAdd, lastRuleAdd, firstRepair, lastRuleOp, firstPrune := -1, len(ops), -1, len(ops), -1, len(ops)

@@ -234,12 +234,16 @@ func mk6(k RouteKey) key6 {
 	return k6
 }
 
-func (t *table) key4Route(k key4) RouteKey {
-	return RouteKey{Family: IPv4, Table: t.id, Dst: netip.PrefixFrom(netip.AddrFrom4(k.dst), int(k.bits)), TOS: k.tos, Metric: k.metric}
+func (t *table) key4Route(k key4) RouteKey { return routeKey4(t.id, k) }
+
+func (t *table) key6Route(k key6) RouteKey { return routeKey6(t.id, k) }
+
+func routeKey4(id Table, k key4) RouteKey {
+	return RouteKey{Family: IPv4, Table: id, Dst: netip.PrefixFrom(netip.AddrFrom4(k.dst), int(k.bits)), TOS: k.tos, Metric: k.metric}
 }
 
-func (t *table) key6Route(k key6) RouteKey {
-	rk := RouteKey{Family: IPv6, Table: t.id, Dst: netip.PrefixFrom(netip.AddrFrom16(k.dst), int(k.bits)), Metric: k.metric}
+func routeKey6(id Table, k key6) RouteKey {
+	rk := RouteKey{Family: IPv6, Table: id, Dst: netip.PrefixFrom(netip.AddrFrom16(k.dst), int(k.bits)), Metric: k.metric}
 	if k.srcBits != 0 {
 		rk.Src = netip.PrefixFrom(netip.AddrFrom16(k.src), int(k.srcBits)-1)
 	}
@@ -247,11 +251,23 @@ func (t *table) key6Route(k key6) RouteKey {
 }
 
 func (t *table) route4(k key4, v val4) Route {
-	rk := t.key4Route(k)
 	if v.has&hasExtra != 0 {
-		return t.extra[rk]
+		return t.extra[t.key4Route(k)]
 	}
-	r := Route{Family: IPv4, Table: t.id, Dst: rk.Dst, TOS: k.tos, Metric: k.metric,
+	return unpack4(t.id, k, v)
+}
+
+func (t *table) route6(k key6, v val6) Route {
+	if v.has&hasExtra != 0 {
+		return t.extra[t.key6Route(k)]
+	}
+	return unpack6(t.id, k, v)
+}
+
+// unpack4 is the route of table id that k and v hold in compact form.
+func unpack4(id Table, k key4, v val4) Route {
+	rk := routeKey4(id, k)
+	r := Route{Family: IPv4, Table: id, Dst: rk.Dst, TOS: k.tos, Metric: k.metric,
 		Index: v.oif, MTU: v.mtu, Flags: RouteFlags(v.flags), NHID: v.nhid,
 		Protocol: Protocol(v.proto), Scope: Scope(v.scope), Type: RouteType(v.typ)}
 	if v.has&hasGW != 0 {
@@ -263,12 +279,10 @@ func (t *table) route4(k key4, v val4) Route {
 	return r
 }
 
-func (t *table) route6(k key6, v val6) Route {
-	rk := t.key6Route(k)
-	if v.has&hasExtra != 0 {
-		return t.extra[rk]
-	}
-	r := Route{Family: IPv6, Table: t.id, Dst: rk.Dst, Src: rk.Src, Metric: k.metric,
+// unpack6 is the route of table id that k and v hold in compact form.
+func unpack6(id Table, k key6, v val6) Route {
+	rk := routeKey6(id, k)
+	r := Route{Family: IPv6, Table: id, Dst: rk.Dst, Src: rk.Src, Metric: k.metric,
 		Index: v.oif, MTU: v.mtu, Flags: RouteFlags(v.flags), NHID: v.nhid,
 		Protocol: Protocol(v.proto), Scope: Scope(v.scope), Type: RouteType(v.typ),
 		Pref: RoutePref(v.has&prefBits) >> prefShift}

@@ -73,7 +73,9 @@ func surface(t *testing.T, dir string) (idents, fields int) {
 // (issue 24): no package above 150 identifiers, the cache and the
 // reconciler together at most 220, the test kit at most 100. What is
 // exported must earn its place; this says when something new pushes
-// something out.
+// something out. netwatch may hold 160 since RouteSet (issue 31): the one
+// type that lets a policy desire a full table's copy within a small
+// memory limit, six identifiers that nothing else could replace.
 func TestSurface(t *testing.T) {
 	nw, nwf := surface(t, ".")
 	rc, rcf := surface(t, "reconcile")
@@ -83,7 +85,7 @@ func TestSurface(t *testing.T) {
 		what     string
 		n, limit int
 	}{
-		{"netwatch", nw, 150},
+		{"netwatch", nw, 160},
 		{"netwatch/reconcile", rc, 150},
 		{"netwatch and netwatch/reconcile", nw + rc, 220},
 		{"netwatch/netwatchtest", kit, 100},

@@ -85,6 +85,13 @@ type Desired struct {
 	// route the kernel keeps otherwise than desired is rewritten on every
 	// pass; the Reconciler warns of it once, naming the field.
 	Routes []netwatch.Route
+	// RouteSet, when not nil, holds more desired routes, with the
+	// conditions of Routes, in the compact form of a netwatch.RouteSet
+	// (44 bytes an IPv4 route, against 350 in Routes): a policy that
+	// desires a route for each route of a full table fills RouteSet, so
+	// that its pass fits a small memory limit. Plan reads Routes and
+	// RouteSet as one list; a route in each with one key must be the same.
+	RouteSet *netwatch.RouteSet
 	// Rules must exist exactly once each; each must be at an owned priority.
 	// A desired rule sets Family, Priority and Action
 	// (netwatch.ActionToTable with a Table, for a lookup).

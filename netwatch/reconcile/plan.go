@@ -110,10 +110,10 @@ type planner struct {
 	tables map[ownedTable]bool
 	prios  map[ownedPriority]bool
 	d      Desired
-	// routes are the indexes of d.Routes in the order their replaces
-	// run (routeOrder), the last given of each key; repairs those of
+	// want holds the desired routes (d.Routes and d.RouteSet), Clean,
+	// in the order their replaces run; repairs are the indexes of
 	// d.Repairs by key.
-	routes  []int32
+	want    *netwatch.RouteSet
 	repairs []int32
 	rules   map[ownedPriority][]netwatch.Rule // deduplicated, in the order given
 
@@ -140,7 +140,7 @@ func newPlanner(v netwatch.View, d Desired) (*planner, error) {
 	if err := p.own(d.Own); err != nil {
 		return nil, err
 	}
-	if err := p.wantRoutes(v, d.Routes); err != nil {
+	if err := p.wantRoutes(v, d.Routes, d.RouteSet); err != nil {
 		return nil, err
 	}
 	if err := p.wantRules(d.Rules); err != nil {
@@ -175,24 +175,61 @@ func (p *planner) own(owned Owned) error {
 	return nil
 }
 
-// wantRoutes indexes the desired routes by key (IPv6's metric 0 as the
-// kernel's), in routeOrder. Each must be in an owned table, and two with one
-// key must be the same route: a key holds one desired route.
-func (p *planner) wantRoutes(v netwatch.View, rs []netwatch.Route) error {
-	for i := range rs {
-		r := &rs[i]
-		if err := checkRoute(*r); err != nil {
-			return fmt.Errorf("%s: %w", planRouteName(v, *r), err)
+// wantRoutes collects the desired routes, Clean (IPv6's metric 0 as the
+// kernel's), in a RouteSet: the order of the replaces and an index by key.
+// Each must be in an owned table, and two with one key must be the same
+// route: a key holds one desired route. Within set, a later route with a
+// key stands for an earlier one (a RouteSet holds one route per key).
+func (p *planner) wantRoutes(v netwatch.View, rs []netwatch.Route, set *netwatch.RouteSet) error {
+	check := func(r netwatch.Route) error {
+		if err := checkRoute(r); err != nil {
+			return fmt.Errorf("%s: %w", planRouteName(v, r), err)
 		}
 		if !p.tables[ownedTable{r.Family, r.Table}] {
 			return fmt.Errorf("%s: table %v is not owned", planRouteName(v, r.Clean()), r.Table)
+		}
+		return nil
+	}
+	for i := range rs {
+		if err := check(rs[i]); err != nil {
+			return err
 		}
 	}
 	idx, err := indexByKey(rs, routeOrder)
 	if err != nil {
 		return fmt.Errorf("%s and %s: one key, two routes", planRouteName(v, err.a), planRouteName(v, err.b))
 	}
-	p.routes = idx
+	if set != nil {
+		clean := true
+		for r := range set.All() {
+			if err := check(r); err != nil {
+				return err
+			}
+			clean = clean && r.Clean().Equal(r)
+		}
+		if clean && len(rs) == 0 {
+			// The policy's set as it is: a second copy would double the
+			// largest part of a big pass.
+			p.want = set
+			return nil
+		}
+		p.want = new(netwatch.RouteSet)
+		for r := range set.All() {
+			p.want.Add(r.Clean())
+		}
+		for _, i := range idx {
+			r := rs[i].Clean()
+			if o, ok := p.want.Get(r.Key()); ok && !o.Matches(r) {
+				return fmt.Errorf("%s and %s: one key, two routes", planRouteName(v, o), planRouteName(v, r))
+			}
+		}
+	}
+	if p.want == nil {
+		p.want = new(netwatch.RouteSet)
+	}
+	for _, i := range idx {
+		p.want.Add(rs[i].Clean())
+	}
 	return nil
 }
 

@@ -50,12 +50,12 @@ func (p *planner) next(v netwatch.View, limit int) []netwatch.Op {
 	for !p.done() && !full() {
 		switch p.phase {
 		case phaseReplaces:
-			for ; p.at < len(p.routes) && !full(); p.at++ {
-				want := p.d.Routes[p.routes[p.at]]
-				g, dels := planKey(v.Route(desiredKey(&want)), want)
+			for n := p.want.Len(); p.at < n && !full(); p.at++ {
+				want := p.want.At(p.at)
+				g, dels := planKey(v.Route(want.Key()), want)
 				ops = append(ops, g...)
 				if dels {
-					p.dels = append(p.dels, desiredKey(&want))
+					p.dels = append(p.dels, want.Key())
 				}
 			}
 		case phaseRuleAdds:
@@ -92,7 +92,7 @@ func (p *planner) next(v netwatch.View, limit int) []netwatch.Op {
 func (p *planner) phaseEnded() bool {
 	switch p.phase {
 	case phaseReplaces:
-		return p.at == len(p.routes)
+		return p.at == p.want.Len()
 	case phaseRepairs:
 		return p.at == len(p.repairs)
 	case phaseRouteDels:
@@ -126,8 +126,8 @@ func (p *planner) extras(v netwatch.View) {
 // order removes the first route with the key each time: the one named.
 func (p *planner) routeDels(v netwatch.View, k netwatch.RouteKey) []netwatch.Op {
 	cur := v.Route(k)
-	if i, ok := p.find(k); ok {
-		return keyDels(cur, p.d.Routes[p.routes[i]].Clean())
+	if want, ok := p.want.Get(k); ok {
+		return keyDels(cur, want)
 	}
 	ops := make([]netwatch.Op, 0, len(cur))
 	for _, r := range cur {
@@ -138,15 +138,8 @@ func (p *planner) routeDels(v netwatch.View, k netwatch.RouteKey) []netwatch.Op 
 
 // desired reports whether a desired route has key k.
 func (p *planner) desired(k netwatch.RouteKey) bool {
-	_, ok := p.find(k)
+	_, ok := p.want.Get(k)
 	return ok
-}
-
-// find returns the position in p.routes of the desired route with key k.
-func (p *planner) find(k netwatch.RouteKey) (int, bool) {
-	return slices.BinarySearchFunc(p.routes, k, func(i int32, k netwatch.RouteKey) int {
-		return routeOrder(desiredKey(&p.d.Routes[i]), k)
-	})
 }
 
 // routeOrder is the order of the replaces: by family and table, more

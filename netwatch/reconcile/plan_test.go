@@ -294,6 +294,26 @@ func TestPlan(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got, cmpNet, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("Plan (-want +got):\n%s", diff)
 			}
+			// The routes in a RouteSet, alone or split with Routes: the
+			// same plan.
+			for split := range 2 {
+				d := tt.d
+				d.RouteSet, d.Routes = new(netwatch.RouteSet), nil
+				for i, r := range tt.d.Routes {
+					if split == 1 && i%2 == 0 {
+						d.Routes = append(d.Routes, r)
+					} else {
+						d.RouteSet.Add(r)
+					}
+				}
+				got, err := Plan(tt.state.View(), d)
+				if err != nil {
+					t.Fatalf("Plan with a RouteSet (split %d): %v", split, err)
+				}
+				if diff := cmp.Diff(tt.want, got, cmpNet, cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("Plan with a RouteSet (split %d) (-want +got):\n%s", split, diff)
+				}
+			}
 			// In chunks, from the same view: the same operations in the
 			// same order, each chunk within its limit unless one group
 			// (a key's or a priority's operations) is longer.
@@ -366,6 +386,10 @@ func TestPlanInvalid(t *testing.T) {
 		{"destination of the other family", Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Dst = tr6.Dst })}}, "not a masked"},
 		{"no family", Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Family = 0 })}}, "family"},
 		{"two routes, one key", Desired{Own: own, Routes: []netwatch.Route{tr, with(tr, func(r *netwatch.Route) { r.MTU = 1420 })}}, "one key"},
+		{"two routes, one key, in Routes and RouteSet", Desired{Own: own, Routes: []netwatch.Route{tr}, RouteSet: routeSet(with(tr, func(r *netwatch.Route) { r.MTU = 1420 }))}, "one key"},
+		{"RouteSet route in a table not owned", Desired{Own: own, RouteSet: routeSet(with(tr, func(r *netwatch.Route) { r.Table = 901 }))}, "table 901 is not owned"},
+		{"RouteSet route without a family", Desired{Own: own, RouteSet: routeSet(with(tr, func(r *netwatch.Route) { r.Family = 0 }))}, "family"},
+		{"RouteSet route not masked", Desired{Own: own, RouteSet: routeSet(with(tr, func(r *netwatch.Route) { r.Dst = netip.MustParsePrefix("10.0.0.5/16") }))}, "not a masked"},
 		{"repair in an owned table", Desired{Own: own, Repairs: []netwatch.Route{tr}}, "is owned"},
 		{"two repairs, one key", Desired{Own: own, Repairs: []netwatch.Route{mainRoute, with(mainRoute, func(r *netwatch.Route) { r.MTU = 1 })}}, "one key"},
 		{"owned table without a family", Desired{Own: Owned{tables: []ownedTable{{0, 900}}}}, "family"},
@@ -387,6 +411,15 @@ func TestPlanInvalid(t *testing.T) {
 			}
 		})
 	}
+}
+
+// routeSet returns a RouteSet of rs.
+func routeSet(rs ...netwatch.Route) *netwatch.RouteSet {
+	s := new(netwatch.RouteSet)
+	for _, r := range rs {
+		s.Add(r)
+	}
+	return s
 }
 
 // TestPlanRuleModel pins the model to what the kernel was seen to do
