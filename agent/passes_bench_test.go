@@ -16,7 +16,7 @@ import (
 // BenchmarkKernelPeersFirstPass measures the first pass of --peers=auto in a
 // cluster where every node encrypts: `marksplit once` against the stand-in
 // API server with N CiliumNodes, each peer a /32 in table 900. It reports
-// the agent's peak RSS (ru_maxrss) and wall time, for this tree's agent and
+// the agent's peak RSS (its own VmHWM) and wall time, for this tree's agent and
 // MARKSPLIT_BENCH_BASE's (benchAgents), and fails unless this tree's agent
 // installs every peer's route. N is 15,000: internal/ciliumnode's bound is
 // 16 MiB of nodes, not a count; a base from before it, with a 10,000-node

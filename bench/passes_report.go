@@ -21,7 +21,7 @@ type passCase struct {
 // passResult is one agent's run of one passCase.
 type passResult struct {
 	Case, Agent string
-	PeakRSS     int64 // KiB, ru_maxrss of the agent
+	PeakRSS     int64 // KiB, the agent's own VmHWM (internal/peakrss)
 	Took        time.Duration
 	Err         string
 }
@@ -88,7 +88,7 @@ func (rep *report) passTable(b *strings.Builder) {
 		return
 	}
 	b.WriteString("## Big passes\n\n")
-	b.WriteString("Peak RSS (ru_maxrss) and wall time of `marksplit once` over one big pass, in a fresh seed namespace, " +
+	b.WriteString("Peak RSS (the agent's own VmHWM, read every 2 ms: internal/peakrss says why not ru_maxrss) and wall time of `marksplit once` over one big pass, in a fresh seed namespace, " +
 		"this tree's agent and the one built from " + rep.BaseRev + " taking turns in the same run. " +
 		"The DaemonSet's memory limit is 128 MiB.\n\n")
 	b.WriteString("| pass | agent | peak RSS | × base | time | × base | result |\n|---|---|---:|---:|---:|---:|---|\n")
