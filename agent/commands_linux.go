@@ -28,8 +28,10 @@ const (
 	// readyTimeout bounds the first sync and, with --encryption=auto, the
 	// first good read of the CiliumNode.
 	readyTimeout = 30 * time.Second
-	// convergeTimeout bounds the wait, after once or cleanup applied a
-	// pass, for the cache to show the result.
+	// convergeTimeout bounds how long once or cleanup goes without a
+	// change: the wait for a pass to be planned, or for its next change.
+	// A pass over a full table takes seconds of changes (100,000 routes:
+	// 4 s, and more on a busy node), which no fixed bound would fit.
 	convergeTimeout = 5 * time.Second
 	// stopTimeout bounds the shutdown after SIGTERM: the process exits
 	// within 5 s even if something hangs.
@@ -327,13 +329,22 @@ func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog
 		return err
 	}
 	defer ap.Close()
-	s, err := startOneShot(ctx, o, ap, func(line string) { fmt.Fprintln(stdout, textsafe.Terminal(line)) }, log)
+	var stall atomic.Pointer[time.Timer] // reset by every change
+	s, err := startOneShot(ctx, o, ap, func(line string) {
+		if t := stall.Load(); t != nil {
+			t.Reset(convergeTimeout)
+		}
+		fmt.Fprintln(stdout, textsafe.Terminal(line))
+	}, log)
 	if err != nil {
 		return err
 	}
 	defer s.stop()
-	ctx, cancel := context.WithTimeout(ctx, convergeTimeout)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	t := time.AfterFunc(convergeTimeout, func() { cancel(fmt.Errorf("no change for %s", convergeTimeout)) })
+	defer t.Stop()
+	stall.Store(t)
 	return s.l.r.Once(ctx)
 }
 

@@ -204,7 +204,11 @@ var ErrNotConverged = errors.New("reconcile: not converged")
 // Once waits until the cache is synced and the policy can tell (or ctx
 // ends), then runs passes until one finds nothing to do: it returns nil
 // then, the first failure of a pass, or ErrNotConverged after a few passes
-// that each left work. It is `marksplit once`: the Watcher must be running.
+// that each left work. When ctx ends during a pass, the pass stops after
+// its chunk and Once returns ctx's cause: a pass over a full table takes
+// seconds, so give ctx room for it (or cancel it on a lack of progress,
+// as `marksplit once` does). It is `marksplit once`: the Watcher must be
+// running.
 func (r *Reconciler) Once(ctx context.Context) error {
 	l, err := r.newLoop()
 	if err != nil {
@@ -216,10 +220,14 @@ func (r *Reconciler) Once(ctx context.Context) error {
 		switch {
 		case p.Err != nil:
 			return p.Err
+		case ctx.Err() != nil && planned > 0:
+			// A pass cut short: what it applied stands, but a view that
+			// lags behind it would only plan it again.
+			return fmt.Errorf("reconcile: stopped before converging (%d operations planned, from %q): %w", planned, first, context.Cause(ctx))
 		case !p.Planned:
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("reconcile: nothing planned: %w", ctx.Err())
+				return fmt.Errorf("reconcile: nothing planned: %w", context.Cause(ctx))
 			case <-ch:
 			case <-r.trig.c():
 			}
@@ -483,7 +491,7 @@ func (l *loop) pass(ctx context.Context, onChunk func(Pass)) (p Pass, first stri
 	for {
 		planned += len(pl.ops)
 		changed = pl.changed
-		if !l.apply(ctx, &p, pl, now) || pl.planner.done() {
+		if !l.apply(ctx, &p, pl, now) || pl.planner.done() || ctx.Err() != nil {
 			return p, first, planned, changed
 		}
 		// The next chunk, planned from a view that holds this one.

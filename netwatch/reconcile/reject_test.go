@@ -4,6 +4,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/marksplit/marksplit/internal/kerneltest"
 	"log/slog"
@@ -139,5 +140,51 @@ func TestReconcilerWarnsWhenKernelKeepsOtherwise(t *testing.T) {
 	const want = `level=WARN msg="reconcile: the kernel keeps a route otherwise than desired, so every pass rewrites it; desire it as the kernel reports it" route="table 900: fd94::/64 dev eth0 scope link (was unset) metric 1024" differs="Scope: link, kernel global"`
 	if got := log.String(); strings.Count(got, "reconcile: the kernel keeps a route") != 1 || !strings.Contains(got, want) {
 		t.Errorf("log:\n%s\nwant once: %s", got, want)
+	}
+}
+
+// TestOnceStopsWhenCanceledMidPass: a context that ends during a pass over
+// more than a chunk stops the pass after its chunk, and Once returns the
+// context's cause, where it went on planning from views that lagged behind
+// what it applied (a busy node's `marksplit cleanup` then failed with "not
+// converged after 4 passes" for routes already gone).
+func TestOnceStopsWhenCanceledMidPass(t *testing.T) {
+	k, eth := fakeHost(t)
+	w := startWatcher(t, k, netwatch.Options{RouteTables: []netwatch.Table{900}})
+	a, err := netwatch.DialApplier(k.NetNS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	const n = 2500 // three chunks
+	policy := func(netwatch.View) (Desired, bool) {
+		d := Desired{Own: Own(900, 0), RouteSet: new(netwatch.RouteSet)}
+		for i := range n {
+			d.RouteSet.Add(netwatch.Route{Family: netwatch.IPv4, Table: 900, Type: netwatch.RouteUnicast, Index: eth, Protocol: 77,
+				Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{11, byte(i >> 8), byte(i), 0}), 24)})
+		}
+		return d, true
+	}
+	stalled := fmt.Errorf("no change for a while")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	changes := 0
+	r := &Reconciler{Watcher: w, Applier: a, Policy: policy, OnChange: func(netwatch.Op, string) {
+		if changes++; changes == 1 {
+			cancel(stalled)
+		}
+	}}
+	err = r.Once(ctx)
+	if !errors.Is(err, stalled) || !strings.Contains(err.Error(), "stopped before converging") {
+		t.Fatalf("Once = %v; want \"stopped before converging\" and the context's cause", err)
+	}
+	in900 := 0
+	for _, r := range k.Snapshot().Routes {
+		if r.Table == 900 && r.Protocol == 77 && r.Dst.Bits() == 24 {
+			in900++
+		}
+	}
+	if changes != chunkOps || in900 != chunkOps {
+		t.Errorf("%d changes, %d routes of the policy in table 900; want one chunk (%d) of %d", changes, in900, chunkOps, n)
 	}
 }
