@@ -266,10 +266,9 @@ func covered(dsts []netip.Prefix, p netip.Prefix) bool {
 // the first of each key (the one the kernel uses): those inside
 // cfg.Prefixes, found without walking the rest of a full table, sorted by
 // key, or with cfg.UnderlayLink every main route, in the table's order
-// (which Plan does not depend on; desired has sized d.Routes for them), and
-// grows d.Routes for the routes inside cfg.Prefixes. A route a
-// table route covers lies inside the prefix that table route lies in, so
-// the throws need nothing else.
+// (which Plan does not depend on). A route a table route covers lies
+// inside the prefix that table route lies in, so the throws need nothing
+// else.
 func (c Config) candidates(v netwatch.View, f netwatch.Family) iter.Seq[netwatch.Route] {
 	if c.UnderlayLink != "" {
 		// Every main route is a candidate, and the first route of each
