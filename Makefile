@@ -93,8 +93,9 @@ test-wireguard:
 # Go runs 15 to 50 times slower in the guests, so by default (and in CI)
 # the three kernels share about 20 minutes: every kernel runs netwatchtest,
 # fakekernel (the fake compared with the kernel), reconcile, netwatch but
-# for its long tests, and test/wireguard; 6.1 also mtupolicy
-# and four of the agent's single-node tests, 5.10 netwatch's Overflow, 6.12 the
+# for its long tests, and test/wireguard; 6.1 also mtupolicy, four of the
+# agent's single-node tests and its big passes in a cgroup v2 memory limit
+# (TestKernelMemoryCgroup), 5.10 netwatch's Overflow, 6.12 the
 # examples and netwatch's IPv6 multipath tests. Left to FULL=1 (every
 # suite on every kernel, about 45 min per kernel): netwatch's randomized
 # and large-table tests (minutes each in a guest), the agent's multi-node
