@@ -109,10 +109,13 @@ func names(p listPage) []string {
 
 // stream is an open watch.
 type stream struct {
-	t      *testing.T
-	resp   *http.Response
+	t    *testing.T
+	resp *http.Response
+	// lines are the stream's lines, in order; it is closed once the stream
+	// ends, after err is set: one channel, so that the end never overtakes
+	// a line (two channels in one select may be read in either order).
 	lines  chan string
-	done   chan error // the read error that ended the stream (io.EOF when clean)
+	err    error // the read error that ended the stream (io.EOF when clean)
 	cancel context.CancelFunc
 }
 
@@ -124,7 +127,7 @@ func (c *client) watch(query string) *stream {
 		cancel()
 		c.t.Fatalf("watch ?%s: %v", query, err)
 	}
-	st := &stream{t: c.t, resp: resp, lines: make(chan string, 100), done: make(chan error, 1), cancel: cancel}
+	st := &stream{t: c.t, resp: resp, lines: make(chan string, 100), cancel: cancel}
 	go func() {
 		r := bufio.NewReader(resp.Body)
 		for {
@@ -133,7 +136,8 @@ func (c *client) watch(query string) *stream {
 				st.lines <- line
 			}
 			if err != nil {
-				st.done <- err
+				st.err = err
+				close(st.lines)
 				return
 			}
 		}
@@ -160,7 +164,10 @@ type ev struct {
 func (st *stream) next() ev {
 	st.t.Helper()
 	select {
-	case line := <-st.lines:
+	case line, ok := <-st.lines:
+		if !ok {
+			st.t.Fatalf("watch ended (%v), want an event", st.err)
+		}
 		var e struct {
 			Type   string `json:"type"`
 			Object struct {
@@ -180,8 +187,6 @@ func (st *stream) next() ev {
 		}
 		o := e.Object
 		return ev{e.Type, o.Metadata.Name, o.Metadata.ResourceVersion, o.Spec.Encryption["key"], o.Code, o.Reason}
-	case err := <-st.done:
-		st.t.Fatalf("watch ended (%v), want an event", err)
 	case <-time.After(waitFor):
 		st.t.Fatalf("no event within %v", waitFor)
 	}
@@ -192,7 +197,10 @@ func (st *stream) next() ev {
 func (st *stream) raw() string {
 	st.t.Helper()
 	select {
-	case line := <-st.lines:
+	case line, ok := <-st.lines:
+		if !ok {
+			st.t.Fatalf("watch ended (%v), want a line", st.err)
+		}
 		return line
 	case <-time.After(waitFor):
 		st.t.Fatalf("no line within %v", waitFor)
@@ -204,10 +212,11 @@ func (st *stream) raw() string {
 func (st *stream) ended() error {
 	st.t.Helper()
 	select {
-	case line := <-st.lines:
-		st.t.Fatalf("got %q, want the end of the watch", line)
-	case err := <-st.done:
-		return err
+	case line, ok := <-st.lines:
+		if ok {
+			st.t.Fatalf("got %q, want the end of the watch", line)
+		}
+		return st.err
 	case <-time.After(waitFor):
 		st.t.Fatalf("watch still open after %v", waitFor)
 	}
@@ -218,10 +227,11 @@ func (st *stream) ended() error {
 func (st *stream) quiet(d time.Duration) {
 	st.t.Helper()
 	select {
-	case line := <-st.lines:
+	case line, ok := <-st.lines:
+		if !ok {
+			st.t.Fatalf("watch ended (%v), want it open and silent", st.err)
+		}
 		st.t.Fatalf("got %q, want nothing", line)
-	case err := <-st.done:
-		st.t.Fatalf("watch ended (%v), want it open and silent", err)
 	case <-time.After(d):
 	}
 }
