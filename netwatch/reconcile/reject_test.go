@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 )
 
 // rejectPolicy wants, in table 900, a route of each reject type in each
@@ -81,6 +82,20 @@ func onceConverges(t *testing.T, ns *netwatch.NetNS, policy func(netwatch.View) 
 	}
 }
 
+// fakeHostWatched is fakeHost with a watcher of table 900 and an Applier
+// on it, both until the test ends.
+func fakeHostWatched(t *testing.T) (*netwatchtest.Kernel, uint32, *netwatch.Watcher, *netwatch.Applier) {
+	t.Helper()
+	k, eth := fakeHost(t)
+	w := startWatcher(t, k, netwatch.Options{RouteTables: []netwatch.Table{900}})
+	a, err := netwatch.DialApplier(k.NetNS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return k, eth, w, a
+}
+
 // lockedBuffer is a log destination the test reads while the loop writes.
 type lockedBuffer struct {
 	mu sync.Mutex
@@ -104,13 +119,7 @@ func (b *lockedBuffer) String() string {
 // scope), is rewritten on every pass with no one else involved. One
 // warning names the route and the field; the passes go on.
 func TestReconcilerWarnsWhenKernelKeepsOtherwise(t *testing.T) {
-	k, eth := fakeHost(t)
-	w := startWatcher(t, k, netwatch.Options{RouteTables: []netwatch.Table{900}})
-	a, err := netwatch.DialApplier(k.NetNS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
+	_, eth, w, a := fakeHostWatched(t)
 	var log lockedBuffer
 	passes := make(chan Pass, 100)
 	r := &Reconciler{Watcher: w, Applier: a, Logger: slog.New(slog.NewTextHandler(&log, nil)),
@@ -149,13 +158,7 @@ func TestReconcilerWarnsWhenKernelKeepsOtherwise(t *testing.T) {
 // what it applied (a busy node's `marksplit cleanup` then failed with "not
 // converged after 4 passes" for routes already gone).
 func TestOnceStopsWhenCanceledMidPass(t *testing.T) {
-	k, eth := fakeHost(t)
-	w := startWatcher(t, k, netwatch.Options{RouteTables: []netwatch.Table{900}})
-	a, err := netwatch.DialApplier(k.NetNS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
+	k, eth, w, a := fakeHostWatched(t)
 	const n = 2500 // three chunks
 	policy := func(netwatch.View) (Desired, bool) {
 		d := Desired{Own: Own(900, 0), RouteSet: new(netwatch.RouteSet)}
@@ -174,7 +177,7 @@ func TestOnceStopsWhenCanceledMidPass(t *testing.T) {
 			cancel(stalled)
 		}
 	}}
-	err = r.Once(ctx)
+	err := r.Once(ctx)
 	if !errors.Is(err, stalled) || !strings.Contains(err.Error(), "stopped before converging") {
 		t.Fatalf("Once = %v; want \"stopped before converging\" and the context's cause", err)
 	}
