@@ -122,13 +122,38 @@ deploy/daemonset.yaml's order.
 {{- if .Values.nodeCondition.enabled }}
 - --node-condition=MarkSplitReady
 {{- end }}
+{{- $extra := include "marksplit.extraFlags" $ | fromYaml }}
 {{- range .Values.extraArgs }}
 {{- $flag := regexReplaceAll "=.*$" . "" }}
 {{- if has $flag (include "marksplit.valueFlags" $ | splitList " ") }}
 {{- fail (printf "extraArgs: %s is set by a value of the chart (values.yaml), where it is checked; the agent takes the last of a flag given twice, so extraArgs may not set it: use the value instead" $flag) }}
 {{- end }}
+{{- $check := get $extra $flag }}
+{{- if not $check }}
+{{- fail (printf "extraArgs: %q is not a flag that extraArgs may set (only %s=VALUE): the agent would exit on every node" . (keys $extra | sortAlpha | join "=VALUE, ")) }}
+{{- end }}
+{{- $value := trimPrefix (printf "%s=" $flag) . }}
+{{- if or (not (hasPrefix (printf "%s=" $flag) .)) (gt (len $value) (int $check.max)) (not (regexMatch $check.pattern $value)) }}
+{{- fail (printf "extraArgs: %q: want %s=%s: the agent would refuse it and exit on every node" . $flag $check.want) }}
+{{- end }}
 - {{ toJson . }}
 {{- end }}
+{{- end }}
+
+{{/*
+marksplit.extraFlags are the agent's flags that extraArgs may set, each with
+the values the agent takes (a pattern and a length in bytes, as the agent
+checks them): any other extraArg would make the agent exit on every node, at
+once (a flag it does not know, or --version) or a crash loop (a value it
+refuses). deploy/chart_test.go holds every flag of `marksplit help` to this
+list, valueFlags or its own list of flags that extraArgs may never set, and
+runs the agent's own parsing on what the chart accepts.
+*/}}
+{{- define "marksplit.extraFlags" -}}
+"--node-name":
+  want: "a Kubernetes node name (lowercase letters, digits, '-' and '.', at most 253)"
+  pattern: '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'
+  max: 253
 {{- end }}
 
 {{/*
