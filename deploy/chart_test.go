@@ -182,6 +182,8 @@ type kustomizeOpts struct {
 	nodeCondition  bool   // the node-condition component
 	digest         string // an images entry's digest (kustomize edit set image …@digest)
 	maxUnavailable any    // the pace patch's value, in place of kustomization.yaml's
+	// namePrefix and nameSuffix: the overlay's renames.
+	namePrefix, nameSuffix string
 }
 
 // kustomizeObjects renders deploy/ as `kustomize build deploy/` does, and
@@ -222,13 +224,21 @@ func kustomizeObjects(t *testing.T, o kustomizeOpts) []object {
 		components = append(components, "../deploy/monitoring")
 	}
 	if o.nodeCondition {
-		for _, f := range []string{"kustomization.yaml", "rbac.yaml", "policy.yaml"} {
+		for _, f := range []string{"kustomization.yaml", "rbac.yaml", "policy.yaml", "kustomizeconfig.yaml"} {
 			copyInto(t, fs, filepath.Join("node-condition", f), "/repo/deploy/node-condition/"+f)
 		}
 		components = append(components, "../deploy/node-condition")
 	}
-	if len(components) > 0 {
-		overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../deploy\ncomponents:\n  - " + strings.Join(components, "\n  - ") + "\n"
+	if len(components) > 0 || o.namePrefix != "" || o.nameSuffix != "" {
+		overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../deploy\n"
+		if len(components) > 0 {
+			overlay += "components:\n  - " + strings.Join(components, "\n  - ") + "\n"
+		}
+		for k, v := range map[string]string{"namePrefix": o.namePrefix, "nameSuffix": o.nameSuffix} {
+			if v != "" {
+				overlay += k + ": " + v + "\n"
+			}
+		}
 		if err := fs.WriteFile("/repo/overlay/kustomization.yaml", []byte(overlay)); err != nil {
 			t.Fatal(err)
 		}

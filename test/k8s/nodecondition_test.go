@@ -62,12 +62,17 @@ func (k *kube) createNode(ctx context.Context, name string) error {
 // node in the token (user extra authentication.kubernetes.io/node-name).
 func (c *cluster) podToken(t *testing.T, ctx context.Context, node string) string {
 	t.Helper()
-	ns := c.sa.Metadata.Namespace
+	return c.podTokenFor(t, ctx, c.sa.Metadata.Namespace, c.sa.Metadata.Name, node)
+}
+
+// podTokenFor is podToken for ServiceAccount ns/sa.
+func (c *cluster) podTokenFor(t *testing.T, ctx context.Context, ns, sa, node string) string {
+	t.Helper()
 	b, err := c.admin.must(ctx, http.StatusCreated, "POST", "/api/v1/namespaces/"+ns+"/pods", map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]any{"name": "marksplit-" + node, "labels": map[string]any{"app.kubernetes.io/name": "marksplit"}},
 		"spec": map[string]any{
-			"nodeName": node, "serviceAccountName": c.sa.Metadata.Name,
+			"nodeName": node, "serviceAccountName": sa,
 			"containers": []any{map[string]any{"name": "marksplit", "image": "ghcr.io/marksplit/marksplit:v0.1.0"}},
 		},
 	})
@@ -83,7 +88,7 @@ func (c *cluster) podToken(t *testing.T, ctx context.Context, node string) strin
 	t.Cleanup(func() {
 		c.admin.do(context.Background(), "DELETE", "/api/v1/namespaces/"+ns+"/pods/"+pod.Metadata.Name+"?gracePeriodSeconds=0", nil)
 	})
-	b, err = c.admin.must(ctx, http.StatusCreated, "POST", "/api/v1/namespaces/"+ns+"/serviceaccounts/"+c.sa.Metadata.Name+"/token", map[string]any{
+	b, err = c.admin.must(ctx, http.StatusCreated, "POST", "/api/v1/namespaces/"+ns+"/serviceaccounts/"+sa+"/token", map[string]any{
 		"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
 		"spec": map[string]any{"expirationSeconds": 3600,
 			"boundObjectRef": map[string]any{"apiVersion": "v1", "kind": "Pod", "name": pod.Metadata.Name, "uid": pod.Metadata.UID}},
@@ -205,6 +210,8 @@ func TestKernelK8sNodeCondition(t *testing.T) {
 		}
 	}
 
+	c.refusesFields(t, ctx, token, name, other)
+
 	// The agent sets it as the split comes and goes.
 	n := c.newNode(t)
 	a := c.launchToken(t, n, name, token, []string{"run", "--encryption=auto", "--prefix=10.0.0.0/16", "--metrics-addr=", "--node-condition=MarkSplitReady"})
@@ -233,5 +240,139 @@ func TestKernelK8sNodeCondition(t *testing.T) {
 	// test's probes, which may land before the new policy takes effect).
 	if got, err := c.admin.condition(ctx, other, "MarkSplitReady"); err == nil && got.Reason != "Test" {
 		t.Errorf("node %s has MarkSplitReady %+v, not from the test's probe", other, got)
+	}
+}
+
+// fieldPatches are the writes of the red team's V2 (issue 38) and more: each
+// changes one field of a Node other than its MarkSplitReady condition,
+// through nodes/status, as the agent's token could. The policy refuses
+// each; only the condition may change.
+func fieldPatches(other string) map[string]map[string]any {
+	md := func(k string, v any) map[string]any { return map[string]any{"metadata": map[string]any{k: v}} }
+	st := func(k string, v any) map[string]any { return map[string]any{"status": map[string]any{k: v}} }
+	return map[string]map[string]any{
+		// A forged owner: the garbage collector would delete the Node.
+		"ownerReferences": md("ownerReferences", []any{map[string]any{"apiVersion": "v1", "kind": "Node", "name": other,
+			"uid": "6b1b5d2e-0000-4000-8000-000000000001"}}),
+		"finalizers":      md("finalizers", []any{"example.com/hold"}),
+		"annotations":     md("annotations", map[string]any{"example.com/x": "y"}),
+		"images":          st("images", []any{map[string]any{"names": []any{"example.com/evil:1"}, "sizeBytes": 1}}),
+		"volumesInUse":    st("volumesInUse", []any{"kubernetes.io/csi/evil^1"}),
+		"volumesAttached": st("volumesAttached", []any{map[string]any{"name": "kubernetes.io/csi/evil^1", "devicePath": "/dev/evil"}}),
+		"capacity":        st("capacity", map[string]any{"example.com/gpu": "8"}),
+		"phase":           st("phase", "Terminated"),
+		// The condition changes too, as an agent's write would: the
+		// other field must still refuse the whole write.
+		"a condition and a finalizer": map[string]any{
+			"metadata": map[string]any{"finalizers": []any{"example.com/hold"}},
+			"status":   condPatch("MarkSplitReady", "True")["status"]},
+	}
+}
+
+// refusesFields checks that token (bound to a pod on node) may change no
+// field of node but its condition, and nothing at all on other.
+func (c *cluster) refusesFields(t *testing.T, ctx context.Context, token, node, other string) {
+	t.Helper()
+	for what, patch := range fieldPatches(other) {
+		code, body, err := c.statusPatch(ctx, token, node, patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != http.StatusForbidden || !strings.Contains(body, "MarkSplitReady condition only") {
+			t.Errorf("%s on its own Node: %d %.300s, want 403 naming the MarkSplitReady condition", what, code, body)
+		}
+	}
+	code, body, err := c.statusPatch(ctx, token, other, condPatch("MarkSplitReady", "True"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != http.StatusForbidden || !strings.Contains(body, "own Node only") {
+		t.Errorf("MarkSplitReady on another Node: %d %.300s, want 403", code, body)
+	}
+	code, body, err = c.statusPatch(ctx, token, node, condPatch("MarkSplitReady", "False"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != http.StatusOK {
+		t.Errorf("MarkSplitReady on its own Node: %d %.300s, want 200", code, body)
+	}
+}
+
+// kustomizeOverlay renders, with `kubectl kustomize`, an overlay beside a
+// copy of deploy/ that adds the node-condition component and the lines of
+// edits (namePrefix: prod-, …), and returns its objects but the DaemonSet.
+func (c *cluster) kustomizeOverlay(t *testing.T, edits string) []object {
+	t.Helper()
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		skipOrFail(t, "kubectl not found on PATH: it renders the kustomize overlays")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("cp", "-r", filepath.Join(c.repo, "deploy"), dir).CombinedOutput(); err != nil {
+		t.Fatalf("cp deploy: %v: %s", err, out)
+	}
+	overlay := filepath.Join(dir, "overlay")
+	if err := os.Mkdir(overlay, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../deploy\ncomponents:\n  - ../deploy/node-condition\n" + edits + "\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(kubectl, "kustomize", overlay).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize (%s): %v", edits, err)
+	}
+	objs, err := parseManifests(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []object
+	for _, o := range objs {
+		if o.Kind != "DaemonSet" {
+			keep = append(keep, o)
+		}
+	}
+	return keep
+}
+
+// V1 of issue 38: an overlay that renames the agent (namePrefix,
+// nameSuffix) keeps it under the policy. The renamed ServiceAccount's token,
+// bound to a pod on its node, may set MarkSplitReady there and nothing
+// else, and nothing on another Node.
+func TestKernelK8sNodeConditionOverlays(t *testing.T) {
+	c := need(t)
+	for _, tt := range []struct{ name, edits, sa string }{
+		{"namePrefix", "namePrefix: prod-", "prod-marksplit"},
+		{"nameSuffix", "nameSuffix: -blue", "marksplit-blue"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := ctxFor(t, 3*time.Minute)
+			for _, o := range c.kustomizeOverlay(t, tt.edits) {
+				if err := c.admin.create(ctx, o); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.admin.delete(context.Background(), o) })
+			}
+			name, other := c.nodeName(), c.nodeName()
+			for _, nd := range []string{name, other} {
+				if err := c.admin.createNode(ctx, nd); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.admin.do(context.Background(), "DELETE", "/api/v1/nodes/"+nd, nil) })
+			}
+			token := c.podTokenFor(t, ctx, "kube-system", tt.sa, name)
+			eventually(t, 2*time.Minute, "the policy denies a write to another Node", func() error {
+				code, body, err := c.statusPatch(ctx, token, other, condPatch("MarkSplitReady", "True"))
+				if err == nil && (code != http.StatusForbidden || !strings.Contains(body, "own Node only")) {
+					err = fmt.Errorf("PATCH of node %s's status with %s's token: %d %s", other, name, code, body)
+				}
+				return err
+			})
+			if code, body, err := c.statusPatch(ctx, token, name, condPatch("Ready", "False")); err != nil || code != http.StatusForbidden {
+				t.Errorf("Ready on its own Node: %d %.300s %v, want 403", code, body, err)
+			}
+			c.refusesFields(t, ctx, token, name, other)
+		})
 	}
 }
