@@ -195,6 +195,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	met.addEvents(l.ev)
+	met.addNodeCondition(cond)
 	met.addUninstall(l, srcs.uninstall)
 
 	metricsAt := "off"

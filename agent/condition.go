@@ -65,13 +65,17 @@ func conditionState(f passFacts) (nodecondition.State, bool) {
 			f.cfg.Priority, f.cfg.Mark, f.cfg.Mask, f.cfg.Table, f.cfg.Table, f.cfg.TunnelLink)}, true
 }
 
-// checkNodeCondition is the flag's check: a condition type the API takes.
+// checkNodeCondition is the flag's check: a condition type the API takes,
+// and not one the kubelet or a node controller writes.
 func checkNodeCondition(o options) error {
 	if o.nodeCondition == "" {
 		return nil
 	}
 	if err := nodecondition.ValidType(o.nodeCondition); err != nil {
 		return usageErrorf("--node-condition: %v (or empty for none)", err)
+	}
+	if err := nodecondition.KubeletOwned(o.nodeCondition); err != nil {
+		return usageErrorf("--node-condition: %v", err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/marksplit/marksplit/internal/nodecondition"
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // newNodeCondition returns the Writer of --node-condition for run, wired to
@@ -78,4 +79,43 @@ func (l *loop) passFacts(p reconcile.Pass, switchWhat string) passFacts {
 		}
 	})
 	return f
+}
+
+var (
+	descConditionWrites = prometheus.NewDesc("marksplit_node_condition_writes_total",
+		"Writes of the Node condition (--node-condition) the API server accepted, by kind: change (a new state), heartbeat (an unchanged state, every 5 min while passes confirm it).", []string{"kind"}, nil)
+	descConditionChanges = prometheus.NewDesc("marksplit_node_condition_changes_total",
+		"Changes of the Node condition's state; those beyond one per 10 s are coalesced into the next write (the latest state).", nil, nil)
+	descConditionFailed = prometheus.NewDesc("marksplit_node_condition_failed_writes_total",
+		"Writes of the Node condition that failed, by result: error (no answer, 429, 5xx), refused (4xx: RBAC or the admission policy). Retried with back-off, at most one write per 10 s.", []string{"result"}, nil)
+)
+
+// conditionCollector reads the Writer's counters at scrape time; all zero
+// without --node-condition.
+type conditionCollector struct{ w *nodecondition.Writer }
+
+// addNodeCondition registers the Node condition's metrics, whether or not
+// there is one.
+func (m *metrics) addNodeCondition(w *nodecondition.Writer) {
+	if m != nil {
+		m.reg.MustRegister(conditionCollector{w})
+	}
+}
+
+func (c conditionCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descConditionWrites
+	ch <- descConditionChanges
+	ch <- descConditionFailed
+}
+
+func (c conditionCollector) Collect(ch chan<- prometheus.Metric) {
+	var st nodecondition.Stats
+	if c.w != nil {
+		st = c.w.Stats()
+	}
+	ch <- prometheus.MustNewConstMetric(descConditionWrites, prometheus.CounterValue, float64(st.Written), "change")
+	ch <- prometheus.MustNewConstMetric(descConditionWrites, prometheus.CounterValue, float64(st.Heartbeats), "heartbeat")
+	ch <- prometheus.MustNewConstMetric(descConditionChanges, prometheus.CounterValue, float64(st.Changes))
+	ch <- prometheus.MustNewConstMetric(descConditionFailed, prometheus.CounterValue, float64(st.Failed), "error")
+	ch <- prometheus.MustNewConstMetric(descConditionFailed, prometheus.CounterValue, float64(st.Refused), "refused")
 }

@@ -57,3 +57,15 @@ func TestNodeConditionFlag(t *testing.T) {
 		t.Errorf("a bad type: %v, want a usage error naming --node-condition", err)
 	}
 }
+
+// NC9 of issue 38: the kubelet's own condition types are a usage error
+// (exit 2, one line naming the flag).
+func TestNodeConditionFlagKubeletTypes(t *testing.T) {
+	for _, typ := range []string{"Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable", "node.kubernetes.io/Ready"} {
+		err := checkNodeCondition(options{nodeCondition: typ})
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--node-condition") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("--node-condition=%s: %v, want a one-line usage error naming the flag", typ, err)
+		}
+	}
+}

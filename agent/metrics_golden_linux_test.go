@@ -47,6 +47,7 @@ func TestMetricsGolden(t *testing.T) {
 	must(t, err)
 	m.addAuth(authz)
 	m.addEvents(nil)
+	m.addNodeCondition(nil)
 	h.start()
 	ctx, cancel := context.WithCancel(context.Background())
 	var g group

@@ -77,62 +77,116 @@ func next(t *testing.T, ch <-chan request) request {
 	}
 }
 
-// clock is a Now that moves a second per call.
-func clock() func() time.Time {
-	var mu sync.Mutex
-	t := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	return func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		t = t.Add(time.Second)
-		return t
-	}
+// fakeClock is a Clock that moves when the test says; its After is never
+// due (the tests call writeDue themselves, as Run does when woken).
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
 }
 
-func start(t *testing.T, cfg Config) *Writer {
+func newClock() *fakeClock { return &fakeClock{now: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(time.Duration) <-chan time.Time { return nil }
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func newWriter(t *testing.T, cfg Config) *Writer {
 	t.Helper()
 	w, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 	return w
 }
 
+// pending returns the writes the server has seen and not yet handed out.
+func pending(ch <-chan request) []request {
+	var got []request
+	for {
+		select {
+		case r := <-ch:
+			got = append(got, r)
+		default:
+			return got
+		}
+	}
+}
+
+// Run writes what Set says and returns when its context ends.
+func TestWriterRun(t *testing.T) {
+	c, ch := server(t, nil)
+	w := newWriter(t, Config{Client: c, NodeName: "node-1"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	w.Set(State{true, "SplitInPlace", "in place"})
+	if r := next(t, ch); r.cond.Status != "True" || r.cond.Reason != "SplitInPlace" {
+		t.Errorf("condition %+v", r.cond)
+	}
+	cancel()
+	<-done
+}
+
 // Each change of state is one strategic-merge PATCH of the one condition on
-// the Node's status; the same state again writes nothing; the transition
-// time moves with the status only.
+// the Node's status, at most one per MinInterval; the same state again
+// writes nothing; the transition time moves with the status only.
 func TestWriter(t *testing.T) {
 	c, ch := server(t, nil)
-	w := start(t, Config{Client: c, NodeName: "node-1", Now: clock()})
+	clk := newClock()
+	w := newWriter(t, Config{Client: c, NodeName: "node-1", Clock: clk})
+	ctx := context.Background()
 	w.Set(State{false, "NoPeerList", "no list of the CiliumNodes yet"})
+	if wait := w.writeDue(ctx); wait != DefaultMinInterval {
+		t.Errorf("after a write: next in %v, want %v", wait, DefaultMinInterval)
+	}
 	r1 := next(t, ch)
 	if r1.method != "PATCH" || r1.path != "/api/v1/nodes/node-1/status" || r1.contentType != "application/strategic-merge-patch+json" {
 		t.Errorf("request %s %s (%s), want a strategic-merge PATCH of /api/v1/nodes/node-1/status", r1.method, r1.path, r1.contentType)
 	}
 	want := condition{Type: "MarkSplitReady", Status: "False", Reason: "NoPeerList", Message: "no list of the CiliumNodes yet",
-		LastHeartbeatTime: "2026-12-03T12:00:01Z", LastTransitionTime: "2026-12-03T12:00:01Z"}
+		LastHeartbeatTime: "2026-12-03T12:00:00Z", LastTransitionTime: "2026-12-03T12:00:00Z"}
 	if diff := cmp.Diff(want, r1.cond); diff != "" {
 		t.Errorf("first condition (-want +got):\n%s", diff)
 	}
-	w.Set(State{false, "NoPeerList", "no list of the CiliumNodes yet"}) // the same: nothing
+	clk.Advance(time.Second)
 	w.Set(State{false, "NotConverged", "the last pass failed"})
+	if wait := w.writeDue(ctx); wait != DefaultMinInterval-time.Second {
+		t.Errorf("a change 1s after a write: wait %v, want %v", wait, DefaultMinInterval-time.Second)
+	}
+	if got := pending(ch); len(got) != 0 {
+		t.Errorf("a write within MinInterval: %+v", got)
+	}
+	clk.Advance(DefaultMinInterval)
+	w.writeDue(ctx)
 	r2 := next(t, ch)
 	if r2.cond.Reason != "NotConverged" || r2.cond.LastTransitionTime != want.LastTransitionTime {
 		t.Errorf("second condition %+v: want reason NotConverged and the first transition time (the status did not change)", r2.cond)
 	}
+	clk.Advance(DefaultMinInterval)
 	w.Set(State{true, "SplitInPlace", "rule 900 and table 900 in place"})
+	w.writeDue(ctx)
 	r3 := next(t, ch)
 	if r3.cond.Status != "True" || r3.cond.LastTransitionTime == want.LastTransitionTime || r3.cond.LastTransitionTime != r3.cond.LastHeartbeatTime {
 		t.Errorf("third condition %+v: want True with a new transition time", r3.cond)
 	}
-	select {
-	case r := <-ch:
-		t.Errorf("a write of an unchanged state: %+v", r.cond)
-	default:
+	clk.Advance(DefaultMinInterval)
+	w.Set(State{true, "SplitInPlace", "rule 900 and table 900 in place"}) // the same: nothing
+	w.writeDue(ctx)
+	if got := pending(ch); len(got) != 0 {
+		t.Errorf("a write of an unchanged state: %+v", got)
+	}
+	if st := w.Stats(); st != (Stats{Changes: 3, Written: 3}) {
+		t.Errorf("stats %+v", st)
 	}
 }
 
@@ -147,8 +201,21 @@ func (l lines) Handle(_ context.Context, r slog.Record) error {
 func (l lines) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l lines) WithGroup(string) slog.Handler      { return l }
 
-// A refusal is logged once and retried until it is accepted, which is
-// logged too.
+// drain returns the lines logged so far.
+func drain(l lines) []string {
+	var got []string
+	for {
+		select {
+		case m := <-l:
+			got = append(got, m)
+		default:
+			return got
+		}
+	}
+}
+
+// A refusal is logged once and retried, with back-off, until it is
+// accepted, which is logged too.
 func TestWriterRefused(t *testing.T) {
 	c, ch := server(t, func(n int) int {
 		if n <= 2 {
@@ -157,22 +224,19 @@ func TestWriterRefused(t *testing.T) {
 		return 200
 	})
 	log := make(lines, 100)
-	w := start(t, Config{Client: c, NodeName: "n1", Type: "example.com/Split", Logger: slog.New(log), Now: clock()})
+	clk := newClock()
+	w := newWriter(t, Config{Client: c, NodeName: "n1", Type: "example.com/Split", Logger: slog.New(log), Clock: clk})
 	w.Set(State{true, "NotEncrypting", "the node does not encrypt"})
 	for range 3 {
+		clk.Advance(w.writeDue(context.Background()))
 		if r := next(t, ch); r.cond.Type != "example.com/Split" {
 			t.Errorf("type %q", r.cond.Type)
 		}
 	}
 	var got []string
-	for len(got) == 0 || !strings.Contains(got[len(got)-1], "again") {
-		select {
-		case m := <-log:
-			if !strings.Contains(m, "written") && !strings.Contains(m, "retrying") {
-				got = append(got, m)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatalf("log %q: no line for the write accepted again", got)
+	for _, m := range drain(log) {
+		if m != "node condition written" {
+			got = append(got, m)
 		}
 	}
 	want := []string{
@@ -181,6 +245,9 @@ func TestWriterRefused(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("log (-want +got):\n%s", diff)
+	}
+	if st := w.Stats(); st.Refused != 2 || st.Written != 1 {
+		t.Errorf("stats %+v, want 2 refused and 1 written", st)
 	}
 }
 
