@@ -134,7 +134,9 @@ func (k *kube) condition(ctx context.Context, node, typ string) (nodeCondition, 
 func (c *cluster) waitCondition(t *testing.T, node, status, reason string) nodeCondition {
 	t.Helper()
 	var got nodeCondition
-	eventually(t, watchDeadline, "MarkSplitReady "+status+" "+reason+" on "+node, func() error {
+	// The agent writes its condition at most once per 10 s (a change right
+	// after a write waits for the rest): a deadline only a hang can reach.
+	eventually(t, 2*time.Minute, "MarkSplitReady "+status+" "+reason+" on "+node, func() error {
 		var err error
 		got, err = c.admin.condition(context.Background(), node, "MarkSplitReady")
 		if err == nil && (got.Status != status || got.Reason != reason) {
