@@ -214,6 +214,17 @@ type harness struct {
 // start runs a Recorder for node against a fake API until the test ends.
 func start(t *testing.T, node string, tweak func(*Config)) *harness {
 	t.Helper()
+	h := newHarness(t, node, tweak)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h.r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return h
+}
+
+// newHarness is start without Run: the test calls writeDue itself.
+func newHarness(t *testing.T, node string, tweak func(*Config)) *harness {
+	t.Helper()
 	h := &harness{api: newFakeAPI(t), clock: newFakeClock(), log: &logBuffer{}}
 	dir := t.TempDir()
 	if err := apitest.WriteToken(dir, h.api.srv.Token()); err != nil {
@@ -234,10 +245,6 @@ func start(t *testing.T, node string, tweak func(*Config)) *harness {
 	if h.r, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { h.r.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 	return h
 }
 

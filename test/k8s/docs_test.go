@@ -183,6 +183,13 @@ var docRules = []docRule{
 	{first: `^kubectl create clusterrolebinding marksplit-metrics-reader`, check: has("clusterrolebinding.rbac.authorization.k8s.io/marksplit-metrics-reader created")},
 	{first: `^TOKEN=\$\(kubectl -n monitoring create token prometheus\)`, subst: []string{"NODE_IP", "10.0.0.5"}, check: has("# HELP ")},
 	{first: `^NODE=worker-1$`, check: has("SplitInstalled", "Events:")},
+	{first: `^kubectl get validatingadmissionpolicybinding -l app\.kubernetes\.io/name=marksplit`, check: has("marksplit-node-condition\n", "clusterrolebinding.rbac.authorization.k8s.io/marksplit-node-condition\n")},
+	{first: `^kubectl get nodes -o json \| jq -r --arg t`, check: func(out string, code int) error {
+		if code != 0 || strings.Contains(out, "MarkSplitReady") || strings.TrimSpace(out) != "" {
+			return fmt.Errorf("exit %d, want 0 and no stale node: %q", code, out)
+		}
+		return nil
+	}},
 	{first: `^kubectl get node \$NODE -o jsonpath`, check: has(`"type":"MarkSplitReady"`, `"status":"True"`, `"reason":"SplitInPlace"`)},
 	// Released images and upgrade.
 	{first: `^IMAGE=ghcr\.io/marksplit/marksplit:v0\.2\.0`, skip: "verifies signatures in the registry, which this machine cannot reach"},
