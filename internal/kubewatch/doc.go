@@ -1,10 +1,11 @@
 // Package kubewatch tells whether one named object of the Kubernetes API exists, and
-// follows it as it is created and deleted, with net/http only (internal/kubeapi).
+// follows it as it is created, changed and deleted, with net/http only (internal/kubeapi).
 //
 // The agent uses it for its uninstall switch: a ConfigMap that the operator creates by
 // hand and that no manifest ships, so that no re-apply (kubectl apply -k, helm upgrade,
 // a GitOps reconcile) can remove it. Only the object's existence matters; its data is
-// never kept.
+// never kept. The agent also follows Cilium's cilium-config for one key, encrypt-node
+// (Config.Key, RunKey): of the data, that key's value alone is kept.
 //
 // # The protocol
 //
@@ -32,7 +33,8 @@
 //
 // # States
 //
-// Run reports Present or Absent after the first good list and after every change. When
+// Run reports Present or Absent after the first good list and after every change;
+// RunKey reports the same with Config.Key's value, and again whenever the value changes. When
 // the first list fails it reports Unknown once, so that its user can decide not to wait
 // any longer; after a good list no failure changes the reported state: the last one
 // stands until the API answers again.

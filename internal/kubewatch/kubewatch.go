@@ -76,6 +76,18 @@ type Config struct {
 	Backoff backoff.BackOff
 	// Logger receives failures (warn) and the protocol's steps (debug); default discard.
 	Logger *slog.Logger
+	// Key, when set, is the one key of the object's data (a ConfigMap's) whose value
+	// RunKey reports; no other data is kept. It must be a ConfigMap key: letters,
+	// digits, '-', '_' and '.', at most 253.
+	Key string
+}
+
+// Reading is what RunKey reports: whether the object exists and, when it does and its
+// data has Config.Key, that key's value.
+type Reading struct {
+	State  State
+	Value  string // data[Config.Key], when HasKey
+	HasKey bool
 }
 
 // Watcher follows whether one object exists. Create it with New and call Run.
@@ -96,6 +108,11 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	if err := ValidName(cfg.Name); err != nil {
 		return nil, fmt.Errorf("kubewatch: %w", err)
+	}
+	if cfg.Key != "" {
+		if err := ValidKey(cfg.Key); err != nil {
+			return nil, fmt.Errorf("kubewatch: %w", err)
+		}
 	}
 	if cfg.APIVersion == "" || cfg.Kind == "" || cfg.Collection == "" || cfg.Collection[0] != '/' {
 		return nil, errors.New("kubewatch: APIVersion, Kind and Collection (a path) are required")
@@ -163,6 +180,20 @@ func ValidName(name string) error {
 	return nil
 }
 
+// ValidKey checks that key is a ConfigMap data key: 1 to 253 letters, digits, '-', '_'
+// and '.'.
+func ValidKey(key string) error {
+	if key == "" || len(key) > 253 {
+		return fmt.Errorf("invalid key %.40q: want 1 to 253 characters", key)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; !(alnum(c) || 'A' <= c && c <= 'Z' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("invalid key %q: want letters, digits, '-', '_' and '.'", key)
+		}
+	}
+	return nil
+}
+
 func alnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
 
 // Run lists, then watches, the object until ctx ends. It calls report (from Run's
@@ -170,6 +201,26 @@ func alnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
 // after every change, and with Unknown once if the first list fails. report should
 // return promptly. Run returns nil when ctx ends, and an error only when misused.
 func (w *Watcher) Run(ctx context.Context, report func(State)) error {
+	if report == nil {
+		return errors.New("kubewatch: Run: nil report func")
+	}
+	var (
+		last     State
+		reported bool
+	)
+	return w.RunKey(ctx, func(r Reading) {
+		if !reported || r.State != last {
+			last, reported = r.State, true
+			report(r.State)
+		}
+	})
+}
+
+// RunKey is Run that also reports the value of Config.Key: it calls report after the
+// first good list, whenever the state or the value changes, and with Unknown once if
+// the first list fails. A data value that is not a string is a failure, as a garbled
+// answer is: the last reading stands.
+func (w *Watcher) RunKey(ctx context.Context, report func(Reading)) error {
 	if report == nil {
 		return errors.New("kubewatch: Run: nil report func")
 	}
@@ -181,34 +232,34 @@ func (w *Watcher) Run(ctx context.Context, report func(State)) error {
 	return nil
 }
 
-func (w *Watcher) run(ctx context.Context, report func(State)) {
+func (w *Watcher) run(ctx context.Context, report func(Reading)) {
 	log := w.cfg.Logger
 	var (
-		state    State
+		state    Reading
 		reported bool
 	)
-	set := func(s State) {
-		if !reported || s != state {
+	set := func(r Reading) {
+		if !reported || r != state {
 			if reported {
-				log.Debug("kubewatch: changed", "object", w.what, "state", s.String())
+				log.Debug("kubewatch: changed", "object", w.what, "state", r.State.String())
 			}
-			state, reported = s, true
-			report(s)
+			state, reported = r, true
+			report(r)
 		}
 	}
-	kept := func() string { return "keeping it " + state.String() }
+	kept := func() string { return "keeping it " + state.State.String() }
 	loop := kubeapi.ListWatch{
 		Read: func(ctx context.Context) (string, error) {
-			rv, s, err := w.list(ctx)
+			rv, r, err := w.list(ctx)
 			if err == nil {
-				set(s)
+				set(r)
 			}
 			return rv, err
 		},
 		ReadFailed: func(err error, d time.Duration) {
 			if !reported {
 				log.Warn(err.Error()+"; not known yet", "retry_in_s", d.Seconds())
-				set(Unknown) // after the warning, which says why
+				set(Reading{State: Unknown}) // after the warning, which says why
 				return
 			}
 			log.Warn(err.Error()+"; "+kept(), "retry_in_s", d.Seconds())

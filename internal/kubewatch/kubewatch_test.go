@@ -35,6 +35,7 @@ type fakeAPI struct {
 	mu       sync.Mutex
 	rv       int
 	exists   bool
+	data     string // the object's data, JSON; "" for {"why":"uninstall"}
 	watchers map[chan string]bool
 	// list, when set, answers a list instead; watch, a watch.
 	list  func(w http.ResponseWriter, r *http.Request)
@@ -87,7 +88,20 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 
 // object is the ConfigMap at the current resourceVersion; f.mu held.
 func (f *fakeAPI) object() string {
-	return fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":%q,"namespace":"kube-system","resourceVersion":"%d"},"data":{"why":"uninstall"}}`, testName, f.rv)
+	data := f.data
+	if data == "" {
+		data = `{"why":"uninstall"}`
+	}
+	return fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":%q,"namespace":"kube-system","resourceVersion":"%d"},"data":%s}`, testName, f.rv, data)
+}
+
+// modify changes the existing ConfigMap's data and sends the MODIFIED event.
+func (f *fakeAPI) modify(data string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rv++
+	f.data = data
+	f.broadcast(fmt.Sprintf(`{"type":"MODIFIED","object":%s}`, f.object()))
 }
 
 func (f *fakeAPI) serveWatch(w http.ResponseWriter, r *http.Request) {

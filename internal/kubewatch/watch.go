@@ -23,6 +23,8 @@ type wireObject struct {
 		Name            string `json:"name"`
 		ResourceVersion string `json:"resourceVersion"`
 	} `json:"metadata"`
+	// Data is a ConfigMap's data, undecoded: only Config.Key is ever read from it.
+	Data json.RawMessage `json:"data"`
 
 	// Of a Status.
 	Code    int    `json:"code"`
@@ -60,7 +62,7 @@ func (it *wireItems) UnmarshalJSON(data []byte) error {
 
 // list reads the list of the one name: its resourceVersion, and whether the object is in
 // it.
-func (w *Watcher) list(ctx context.Context) (rv string, s State, err error) {
+func (w *Watcher) list(ctx context.Context) (rv string, s Reading, err error) {
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("kubewatch: list %s: %w", w.what, err)
@@ -70,7 +72,7 @@ func (w *Watcher) list(ctx context.Context) (rv string, s State, err error) {
 	defer cancel()
 	resp, err := w.get(ctx, w.listURL)
 	if err != nil {
-		return "", Unknown, err
+		return "", Reading{}, err
 	}
 	defer resp.Body.Close()
 	body, err := readLimited(resp.Body, MaxBody)
@@ -78,7 +80,7 @@ func (w *Watcher) list(ctx context.Context) (rv string, s State, err error) {
 		err = context.Cause(ctx) // a body cut by the timeout may read as complete
 	}
 	if err != nil {
-		return "", Unknown, fmt.Errorf("read body: %w", err)
+		return "", Reading{}, fmt.Errorf("read body: %w", err)
 	}
 	var l struct {
 		APIVersion string `json:"apiVersion"`
@@ -89,22 +91,47 @@ func (w *Watcher) list(ctx context.Context) (rv string, s State, err error) {
 		Items wireItems `json:"items"`
 	}
 	if err := json.Unmarshal(body, &l); err != nil {
-		return "", Unknown, fmt.Errorf("decode %sList: %w", w.cfg.Kind, err)
+		return "", Reading{}, fmt.Errorf("decode %sList: %w", w.cfg.Kind, err)
 	}
 	switch {
 	case l.APIVersion != w.cfg.APIVersion || l.Kind != w.cfg.Kind+"List":
-		return "", Unknown, fmt.Errorf("got %q %q, want %s %sList", kubeapi.OneLine(l.APIVersion), kubeapi.OneLine(l.Kind), w.cfg.APIVersion, w.cfg.Kind)
+		return "", Reading{}, fmt.Errorf("got %q %q, want %s %sList", kubeapi.OneLine(l.APIVersion), kubeapi.OneLine(l.Kind), w.cfg.APIVersion, w.cfg.Kind)
 	case l.Metadata.ResourceVersion == "":
-		return "", Unknown, fmt.Errorf("%sList without metadata.resourceVersion", w.cfg.Kind)
+		return "", Reading{}, fmt.Errorf("%sList without metadata.resourceVersion", w.cfg.Kind)
 	case l.Items.n > 1:
-		return "", Unknown, fmt.Errorf("%d items for one name", l.Items.n)
+		return "", Reading{}, fmt.Errorf("%d items for one name", l.Items.n)
 	case l.Items.n == 0:
-		return l.Metadata.ResourceVersion, Absent, nil
+		return l.Metadata.ResourceVersion, Reading{State: Absent}, nil
 	}
 	if err := w.check(&l.Items.first[0], true); err != nil {
-		return "", Unknown, err
+		return "", Reading{}, err
 	}
-	return l.Metadata.ResourceVersion, Present, nil
+	r, err := w.present(&l.Items.first[0])
+	if err != nil {
+		return "", Reading{}, err
+	}
+	return l.Metadata.ResourceVersion, r, nil
+}
+
+// present is the reading of an object that exists: its Config.Key, if any.
+func (w *Watcher) present(o *wireObject) (Reading, error) {
+	r := Reading{State: Present}
+	if w.cfg.Key == "" || len(o.Data) == 0 || string(o.Data) == "null" {
+		return r, nil
+	}
+	var data map[string]json.RawMessage
+	if err := json.Unmarshal(o.Data, &data); err != nil {
+		return Reading{}, fmt.Errorf("data: %w", err)
+	}
+	v, ok := data[w.cfg.Key]
+	if !ok {
+		return r, nil
+	}
+	if err := json.Unmarshal(v, &r.Value); err != nil {
+		return Reading{}, fmt.Errorf("data[%q]: not a string: %s", w.cfg.Key, kubeapi.OneLine(string(v)))
+	}
+	r.HasKey = true
+	return r, nil
 }
 
 // check checks an object: its name, and its apiVersion and kind when it has them (a
@@ -130,7 +157,7 @@ func readLimited(r io.Reader, max int64) ([]byte, error) {
 
 // watch watches from rv until the resync is due, ctx ends or the watch ends, calling set
 // with the state each change event says.
-func (w *Watcher) watch(ctx context.Context, rv string, resyncAt time.Time, set func(State)) kubeapi.WatchEnd {
+func (w *Watcher) watch(ctx context.Context, rv string, resyncAt time.Time, set func(Reading)) kubeapi.WatchEnd {
 	end := kubeapi.WatchEnd{RV: rv}
 	wctx := kubeapi.StartWatch(ctx, resyncAt, w.cfg.WatchTimeout)
 	defer wctx.Stop()
@@ -200,7 +227,7 @@ func (w *Watcher) watch(ctx context.Context, rv string, resyncAt time.Time, set 
 }
 
 // event applies one watch event.
-func (w *Watcher) event(typ string, o *wireObject, set func(State)) error {
+func (w *Watcher) event(typ string, o *wireObject, set func(Reading)) error {
 	switch typ {
 	case "ADDED", "MODIFIED", "DELETED":
 		if err := w.check(o, false); err != nil {
@@ -210,10 +237,14 @@ func (w *Watcher) event(typ string, o *wireObject, set func(State)) error {
 			return fmt.Errorf("%s event without metadata.resourceVersion", typ)
 		}
 		if typ == "DELETED" {
-			set(Absent)
-		} else {
-			set(Present)
+			set(Reading{State: Absent})
+			break
 		}
+		r, err := w.present(o)
+		if err != nil {
+			return fmt.Errorf("%s event: %w", typ, err)
+		}
+		set(r)
 	case "BOOKMARK":
 		if o.Metadata.ResourceVersion == "" {
 			return errors.New("BOOKMARK event without metadata.resourceVersion")
