@@ -190,6 +190,9 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	if l.ev != nil && srcs.uninstall != nil {
 		l.ev.uninstall = func() (string, bool) { return switchWhat, l.switchedOff() }
 	}
+	if l.ev != nil && srcs.nodeEnc != nil {
+		l.ev.standingDown = l.standingDown
+	}
 	cond, err := newNodeCondition(o, l, switchWhat, log)
 	if err != nil {
 		return err
@@ -197,6 +200,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	met.addEvents(l.ev)
 	met.addNodeCondition(cond)
 	met.addUninstall(l, srcs.uninstall)
+	met.addNodeEncryption(l, srcs.nodeEnc)
 
 	metricsAt := "off"
 	if ln != nil {
@@ -237,9 +241,11 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		}
 		ready := func() error {
 			switch {
-			case srcs.peers != nil && !l.peersKnown() && !l.switchedOff():
+			case srcs.peers != nil && !l.peersKnown() && !l.switchedOff() && l.standingDown() == "":
 				return errors.New("no list of the CiliumNodes yet: nothing is edited before the first (see the log)")
-			case l.peersIncomplete() != "" && !l.switchedOff():
+			case srcs.nodeEnc != nil && !l.nodeEncKnown() && !l.switchedOff():
+				return errors.New("node encryption not read from " + srcs.nodeEnc.what + " yet: nothing is edited before it is (see the log)")
+			case l.peersIncomplete() != "" && !l.switchedOff() && l.standingDown() == "":
 				return errors.New(l.peersIncomplete())
 			case !l.r.Converged():
 				return errors.New("no converged pass yet (encryption mode unknown, or the last pass failed or waits for a rate-limited repair; see the log)")

@@ -17,7 +17,23 @@ const (
 	condTunnelMissing   = "TunnelLinkMissing" // False: the node encrypts but the tunnel link does not exist
 	condPassFailing     = "PassFailing"       // False: the kernel refused a change; retried
 	condPeersIncomplete = "PeersIncomplete"   // False: some peers are left out of the peer set
+	// With --encryption=auto, from cilium-config's encrypt-node
+	// (nodeencryption_linux.go): True, the agent stands down; False, not
+	// known.
+	condNodeEncOff        = "NodeEncryptionOff"        // encrypt-node is false
+	condNodeEncNotSet     = "NodeEncryptionNotSet"     // cilium-config has no encrypt-node
+	condCiliumConfigGone  = "CiliumConfigMissing"      // cilium-config does not exist
+	condNodeEncInvalid    = "NodeEncryptionInvalid"    // encrypt-node is not a boolean
+	condNodeEncUnreadable = "NodeEncryptionUnreadable" // False: cilium-config could not be read yet (403, unreachable)
 )
+
+// nodeEncReasons are the condition's reasons of a stand-down.
+var nodeEncReasons = map[nodeEncState]string{
+	nodeEncOff:         condNodeEncOff,
+	nodeEncKeyMissing:  condNodeEncNotSet,
+	nodeEncNoConfigMap: condCiliumConfigGone,
+	nodeEncInvalid:     condNodeEncInvalid,
+}
 
 // passFacts is what a pass tells the Node condition.
 type passFacts struct {
@@ -28,6 +44,7 @@ type passFacts struct {
 	tunnel             bool           // the tunnel link exists
 	rule               bool           // the kernel has a rule at the priority
 	incomplete         string         // why the peer set is incomplete
+	nodeEnc            nodeEncFacts   // cilium-config's encrypt-node, with --encryption=auto
 	cfg                mtupolicy.Config
 }
 
@@ -38,6 +55,8 @@ type passFacts struct {
 // stays in place.
 func conditionState(f passFacts) (nodecondition.State, bool) {
 	switch {
+	case !f.planned && f.nodeEnc.state == nodeEncUnreadable && f.switchWhat == "":
+		return nodecondition.State{Reason: condNodeEncUnreadable, Message: f.nodeEnc.why}, true
 	case !f.planned:
 		return nodecondition.State{}, false
 	case f.err != nil:
@@ -48,6 +67,9 @@ func conditionState(f passFacts) (nodecondition.State, bool) {
 	case f.switchWhat != "":
 		return nodecondition.State{Status: true, Reason: condUninstall,
 			Message: "uninstall switch " + f.switchWhat + " present: the split is removed on purpose"}, true
+	case f.nodeEnc.state.standsDown():
+		return nodecondition.State{Status: true, Reason: nodeEncReasons[f.nodeEnc.state],
+			Message: f.nodeEnc.why + ": the agent stands down: no split, no repair, the main table left alone"}, true
 	case f.mode == mtupolicy.ModeOff:
 		return nodecondition.State{Status: true, Reason: condNotEncrypting,
 			Message: "the node does not encrypt: nothing to split"}, true

@@ -67,6 +67,7 @@ func newNodeCondition(o options, l *loop, switchWhat string, log *slog.Logger) (
 func (l *loop) passFacts(p reconcile.Pass, switchWhat string) passFacts {
 	f := passFacts{planned: p.Planned, converged: l.r.Converged(), err: p.Err, cfg: l.cfg, incomplete: l.peersIncomplete()}
 	f.mode, _ = l.effectiveMode()
+	f.nodeEnc = l.nodeEnc()
 	if l.switchedOff() {
 		f.switchWhat = switchWhat
 	}

@@ -27,6 +27,8 @@ const (
 	reasonTunnelGone  = "TunnelLinkMissing"
 	reasonInstalled   = "SplitInstalled"
 	reasonRemoved     = "SplitRemoved"
+	reasonStandDown   = "NodeEncryptionOff"
+	reasonResume      = "NodeEncryptionOn"
 )
 
 // A pass that keeps failing is an Event once failFor has passed since the
@@ -51,6 +53,9 @@ type nodeEvents struct {
 	// uninstall names the uninstall switch and reports whether it is
 	// present; nil without a switch.
 	uninstall func() (what string, present bool)
+	// standingDown says why the agent stands down for node encryption, ""
+	// when it does not; nil without --encryption=auto.
+	standingDown func() string
 
 	// Set by policy, read by pass.
 	haveRule   atomic.Bool // the kernel has a rule at the priority
@@ -147,6 +152,24 @@ func (e *nodeEvents) setMode(prev, m mtupolicy.Mode) {
 	e.record(kubeevents.Normal, reasonModeChanged, "ReadCiliumNode", fmt.Sprintf("node encryption: %s (was %s)", m, prev))
 }
 
+// standDown records the start of a stand-down for node encryption: one
+// Event, whose note says why.
+func (e *nodeEvents) standDown(why string) {
+	if e == nil {
+		return
+	}
+	e.record(kubeevents.Warning, reasonStandDown, "StandDown",
+		why+": the agent stands down: it removes the split, repairs nothing and leaves the main table alone")
+}
+
+// resume records the end of a stand-down.
+func (e *nodeEvents) resume(why string) {
+	if e == nil {
+		return
+	}
+	e.record(kubeevents.Normal, reasonResume, "Resume", why+": the agent resumes: the split follows the node's CiliumNode again")
+}
+
 // pass records a streak of failed passes, the tunnel link going missing
 // while the node encrypts, and the split coming and going.
 func (e *nodeEvents) pass(p reconcile.Pass, converged bool, mode mtupolicy.Mode, now time.Time) {
@@ -214,9 +237,15 @@ func (e *nodeEvents) removed(mode mtupolicy.Mode, gone bool) {
 	if e.uninstall != nil {
 		what, switchedOff = e.uninstall()
 	}
+	standDown := ""
+	if e.standingDown != nil {
+		standDown = e.standingDown()
+	}
 	switch {
 	case switchedOff:
 		why = "uninstall switch " + what + " present"
+	case standDown != "":
+		why = standDown
 	case mode == mtupolicy.ModeOff:
 		why = "the node does not encrypt"
 	case gone:

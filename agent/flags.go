@@ -40,6 +40,13 @@ const defaultMetricsAddr = "127.0.0.1:9184"
 // that no manifest ships (docs/operations.md, "Uninstall").
 const defaultUninstallConfigMap = "marksplit-uninstall"
 
+// Defaults of --cilium-namespace and --cilium-configmap: where Cilium's Helm
+// chart puts its agent's configuration.
+const (
+	defaultCiliumNamespace = "kube-system"
+	defaultCiliumConfigMap = "cilium-config"
+)
+
 // options is a parsed command line.
 type options struct {
 	cmd         string
@@ -60,6 +67,9 @@ type options struct {
 	// uninstallConfigMap names the uninstall switch; "" for none.
 	uninstallConfigMap string
 	nodeCondition      string // the Node condition's type; "" for none (condition_linux.go)
+	// ciliumNamespace and ciliumConfigMap name Cilium's cilium-config, read
+	// for encrypt-node with --encryption=auto (nodeencryption_linux.go).
+	ciliumNamespace, ciliumConfigMap string
 }
 
 // usageError is a bad command line: the agent prints it in one line and
@@ -166,6 +176,12 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 			return o, usageErrorf("--uninstall-configmap: %v (or empty for no switch)", err)
 		}
 	}
+	if err := kubewatch.ValidName(o.ciliumNamespace); err != nil {
+		return o, usageErrorf("--cilium-namespace: %v", err)
+	}
+	if err := kubewatch.ValidName(o.ciliumConfigMap); err != nil {
+		return o, usageErrorf("--cilium-configmap: %v", err)
+	}
 	if err := checkNodeCondition(o); err != nil {
 		return o, err
 	}
@@ -215,7 +231,9 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.Var((*reconcile.LinkName)(&p.UnderlayLink), "underlay-link", "split main-table routes out of this `link` (never the default route)")
 	fs.Var(peersValue{&p.Peers}, "peers", "`auto`: give exactly the encrypting peer nodes (from every CiliumNode) the tunnel MTU, per InternalIP, through the main table's path to each; needs the API (empty: not set)")
 	o.encryption = encAuto
-	fs.Var(enumValue{&o.encryption, []string{encOn, encOff, encAuto}}, "encryption", "`mode`: on, off, or auto (read the node's CiliumNode)")
+	fs.Var(enumValue{&o.encryption, []string{encOn, encOff, encAuto}}, "encryption", "`mode`: on, off, or auto (on while cilium-config's encrypt-node is true and the node's CiliumNode has a non-zero key; else the agent stands down)")
+	fs.StringVar(&o.ciliumNamespace, "cilium-namespace", defaultCiliumNamespace, "`namespace` of Cilium's cilium-config, read with --encryption=auto")
+	fs.StringVar(&o.ciliumConfigMap, "cilium-configmap", defaultCiliumConfigMap, "`name` of Cilium's ConfigMap whose encrypt-node says whether node encryption is on, read with --encryption=auto")
 	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"), "this node's CiliumNode: read with --encryption=auto, not a peer with --peers=auto (default $NODE_NAME)")
 	fs.Var((*reconcile.OwnProtocol)(&p.Protocol), "protocol", "rtm_protocol / FRA_PROTOCOL `value` stamped on what the agent installs: 2 (kernel) or 4 to 255, or an iproute2 name")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "`address` for Prometheus /metrics, /healthz and /readyz with run, over plain HTTP to anyone; empty disables")

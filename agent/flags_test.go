@@ -103,6 +103,9 @@ func TestParseArgs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parseArgs(%q): %v", tt.args, err)
 			}
+			if tt.want.ciliumNamespace == "" { // the defaults, in every case
+				tt.want.ciliumNamespace, tt.want.ciliumConfigMap = defaultCiliumNamespace, defaultCiliumConfigMap
+			}
 			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(options{}), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b }),
 				cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 				t.Errorf("parseArgs(%q) (-want +got):\n%s", tt.args, diff)

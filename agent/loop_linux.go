@@ -27,6 +27,9 @@ type loop struct {
 	peers atomic.Pointer[peerSet]
 	// uninstall is the uninstall switch's switchState (uninstall_linux.go).
 	uninstall atomic.Int32
+	// nodeEncryption is what cilium-config says of node encryption with
+	// --encryption=auto; nil when it is not followed (nodeencryption_linux.go).
+	nodeEncryption atomic.Pointer[nodeEncFacts]
 	// peerIndex keeps the peer policy's index of the main table between
 	// passes; only the Reconciler's goroutine uses it.
 	peerIndex mtupolicy.PeerCache
@@ -117,7 +120,8 @@ func (l *loop) change(op netwatch.Op, line string) {
 func (l *loop) pass(p reconcile.Pass) {
 	l.met.pass(p, l.r.Converged())
 	l.repairs.pass()
-	l.ev.pass(p, l.r.Converged(), l.Mode(), time.Now())
+	mode, _ := l.effectiveMode()
+	l.ev.pass(p, l.r.Converged(), mode, time.Now())
 	if l.onPass != nil {
 		l.onPass(p)
 	}

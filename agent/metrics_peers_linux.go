@@ -11,9 +11,9 @@ var (
 	descPeerNodes = prometheus.NewDesc("marksplit_peer_nodes",
 		"CiliumNodes the agent knows with --peers=auto, this node included; absent before the first list.", nil, nil)
 	descPeersEncrypting = prometheus.NewDesc("marksplit_peer_nodes_encrypting",
-		"Other nodes that encrypt (a non-zero .spec.encryption.key): the peers whose InternalIPs get host routes.", nil, nil)
+		"Other nodes that encrypt (a non-zero .spec.encryption.key, while node encryption is on: 0 while the agent stands down for cilium-config's encrypt-node): the peers whose InternalIPs get host routes.", nil, nil)
 	descPeerAddrs = prometheus.NewDesc("marksplit_peer_addresses",
-		"InternalIPs of the encrypting peers: the host routes the policy wants, before the main table's paths to them are looked up.", nil, nil)
+		"InternalIPs of the encrypting peers: the host routes the policy wants, before the main table's paths to them are looked up (0 while the agent stands down).", nil, nil)
 	descPeersLastRead = prometheus.NewDesc("marksplit_peers_last_good_read_timestamp_seconds",
 		"When the list-watch of the CiliumNodes last read a complete list or an event (Unix time); 0 before the first.", nil, nil)
 	descPeersIncomplete = prometheus.NewDesc("marksplit_peers_incomplete",
@@ -59,8 +59,12 @@ func (c *peerCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(descPeerNodes, prometheus.GaugeValue, float64(ps.nodes))
-	ch <- prometheus.MustNewConstMetric(descPeersEncrypting, prometheus.GaugeValue, float64(ps.encrypting))
-	ch <- prometheus.MustNewConstMetric(descPeerAddrs, prometheus.GaugeValue, float64(len(ps.addrs)))
+	encrypting, addrs := ps.encrypting, len(ps.addrs)
+	if c.l.standingDown() != "" { // a key counts only while node encryption is on
+		encrypting, addrs = 0, 0
+	}
+	ch <- prometheus.MustNewConstMetric(descPeersEncrypting, prometheus.GaugeValue, float64(encrypting))
+	ch <- prometheus.MustNewConstMetric(descPeerAddrs, prometheus.GaugeValue, float64(addrs))
 	ch <- prometheus.MustNewConstMetric(descPeersIncomplete, prometheus.GaugeValue, bool01(ps.incomplete != ""))
 	ch <- prometheus.MustNewConstMetric(descPeerProblems, prometheus.GaugeValue, float64(ps.problems))
 	ch <- prometheus.MustNewConstMetric(descPeerNodesLeftOut, prometheus.GaugeValue, float64(ps.dropped))

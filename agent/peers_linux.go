@@ -177,6 +177,9 @@ type sources struct {
 	peers *peerSource // nil unless o.readsPeers()
 	// uninstall is the uninstall switch; nil without one.
 	uninstall *uninstallSwitch
+	// nodeEnc follows cilium-config's encrypt-node; nil unless
+	// --encryption=auto.
+	nodeEnc *nodeEncryption
 }
 
 func newSources(o options, log *slog.Logger) (*sources, error) {
@@ -197,6 +200,9 @@ func newSources(o options, log *slog.Logger) (*sources, error) {
 	if s.uninstall, err = newUninstallSwitch(o, log); err != nil {
 		return nil, err
 	}
+	if s.nodeEnc, err = newNodeEncryption(o, log); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -212,6 +218,9 @@ func (s *sources) start(ctx context.Context, g *group, l *loop) <-chan struct{} 
 		case sw == switchWaiting:
 			return
 		case sw == switchPresent: // off: neither the mode nor the peers matter
+		case s.nodeEnc != nil && !l.nodeEncKnown():
+			return
+		case l.standingDown() != "": // off too
 		case needMode && l.Mode() == mtupolicy.ModeUnknown || s.peers != nil && !l.peersKnown():
 			return
 		}
@@ -220,6 +229,10 @@ func (s *sources) start(ctx context.Context, g *group, l *loop) <-chan struct{} 
 	if s.uninstall != nil {
 		l.uninstall.Store(int32(switchWaiting))
 		g.Go(func() { s.uninstall.run(ctx, l, check) })
+	}
+	if s.nodeEnc != nil {
+		l.nodeEncryption.Store(&nodeEncFacts{state: nodeEncWaiting})
+		g.Go(func() { s.nodeEnc.run(ctx, l, check) })
 	}
 	check()
 	if s.mode != nil {
@@ -239,6 +252,8 @@ func (s *sources) start(ctx context.Context, g *group, l *loop) <-chan struct{} 
 // waiting says what start's channel waits for, for an error message.
 func (s *sources) waiting() string {
 	switch {
+	case s.nodeEnc != nil:
+		return "node encryption (" + s.nodeEnc.what + ") or the uninstall switch not read, or no encryption mode or list of the CiliumNodes"
 	case s.uninstall != nil:
 		return "the uninstall switch not read, or no encryption mode or list of the CiliumNodes"
 	case s.peers != nil && s.peers.deriveMode:

@@ -136,7 +136,7 @@ func peerSourceHarness(t *testing.T, nodes ...apitest.Node) (*apitest.Server, *h
 	srv.MustPut(t, nodes...)
 	k, _, _ := seedKernel(t)
 	h := newHarnessCfg(t, k, peersConfig())
-	o := options{cmd: cmdRun, policy: peersConfig(), encryption: encAuto, nodeName: "node-self"}
+	o := options{cmd: cmdRun, policy: peersConfig(), encryption: encAuto, nodeName: "node-self", ciliumNamespace: defaultCiliumNamespace, ciliumConfigMap: defaultCiliumConfigMap}
 	srcs, err := newSources(o, slog.New(slog.NewTextHandler(lockedWriter{&h.mu, &h.logs}, nil)))
 	must(t, err)
 	return srv, h, srcs

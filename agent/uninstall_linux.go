@@ -44,12 +44,20 @@ func (l *loop) switchState() switchState { return switchState(l.uninstall.Load()
 func (l *loop) switchedOff() bool { return l.switchState() == switchPresent }
 
 // effectiveMode is the mode the policy plans with: off while the switch is
-// present; ok is false before the switch has been read.
+// present or the agent stands down for node encryption (cilium-config);
+// ok is false before the switch has been read, and before node encryption
+// has been.
 func (l *loop) effectiveMode() (m mtupolicy.Mode, ok bool) {
 	switch l.switchState() {
 	case switchWaiting:
 		return mtupolicy.ModeUnknown, false
 	case switchPresent:
+		return mtupolicy.ModeOff, true
+	}
+	switch s := l.nodeEnc().state; {
+	case s == nodeEncWaiting || s == nodeEncUnreadable:
+		return mtupolicy.ModeUnknown, false
+	case s.standsDown():
 		return mtupolicy.ModeOff, true
 	}
 	return l.Mode(), true

@@ -311,22 +311,22 @@ func TestChartMatchesKustomize(t *testing.T) {
 		objects int
 	}{
 		// ServiceAccount, ClusterRole, ClusterRoleBinding, the Roles and
-		// RoleBindings of the Events and of the uninstall switch, the
-		// metrics reader's ClusterRole, the DaemonSet.
-		{"defaults", nil, kustomizeOpts{}, 9},
+		// RoleBindings of the Events, of the uninstall switch and of
+		// cilium-config, the metrics reader's ClusterRole, the DaemonSet.
+		{"defaults", nil, kustomizeOpts{}, 11},
 		// And the scraper's ServiceAccount, token Secret and
 		// ClusterRoleBinding, the PodMonitor, the rule and the dashboard.
-		{"monitoring", map[string]any{"monitoring": map[string]any{"enabled": true}}, kustomizeOpts{monitoring: true}, 15},
+		{"monitoring", map[string]any{"monitoring": map[string]any{"enabled": true}}, kustomizeOpts{monitoring: true}, 17},
 		// And the ClusterRole, its binding, the ValidatingAdmissionPolicy
 		// and its binding; the DaemonSet's --node-condition.
-		{"node condition", map[string]any{"nodeCondition": map[string]any{"enabled": true}}, kustomizeOpts{nodeCondition: true}, 13},
-		{"digest", map[string]any{"image": map[string]any{"digest": testDigest}}, kustomizeOpts{digest: testDigest}, 9},
-		{"pace as a number", map[string]any{"updateStrategy": map[string]any{"maxUnavailable": 3}}, kustomizeOpts{maxUnavailable: 3}, 9},
-		{"pace as a percentage", map[string]any{"updateStrategy": map[string]any{"maxUnavailable": "25%"}}, kustomizeOpts{maxUnavailable: "25%"}, 9},
+		{"node condition", map[string]any{"nodeCondition": map[string]any{"enabled": true}}, kustomizeOpts{nodeCondition: true}, 15},
+		{"digest", map[string]any{"image": map[string]any{"digest": testDigest}}, kustomizeOpts{digest: testDigest}, 11},
+		{"pace as a number", map[string]any{"updateStrategy": map[string]any{"maxUnavailable": 3}}, kustomizeOpts{maxUnavailable: 3}, 11},
+		{"pace as a percentage", map[string]any{"updateStrategy": map[string]any{"maxUnavailable": "25%"}}, kustomizeOpts{maxUnavailable: "25%"}, 11},
 		{"everything", map[string]any{"monitoring": map[string]any{"enabled": true}, "nodeCondition": map[string]any{"enabled": true},
 			"image": map[string]any{"digest": testDigest}, "updateStrategy": map[string]any{"maxUnavailable": 1},
 			"tests": map[string]any{"node": "worker-1", "peer": "10.0.0.9"}},
-			kustomizeOpts{monitoring: true, nodeCondition: true, digest: testDigest, maxUnavailable: 1}, 19},
+			kustomizeOpts{monitoring: true, nodeCondition: true, digest: testDigest, maxUnavailable: 1}, 21},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			want := byKey(t, "kustomize", kustomizeObjects(t, tt.kust))
@@ -594,6 +594,7 @@ func TestChartValues(t *testing.T) {
 					"tunnel-link": {"wg0"}, "mark": {"0x1e00/0x1f00"}, "table": {"4294967295"},
 					"priority": {"32765"}, "peers": {"auto"}, "protocol": {"kernel"},
 					"encryption": {"off"}, "uninstall-configmap": {uninstallConfigMap},
+					"cilium-namespace": {"kube-system"}, "cilium-configmap": {"cilium-config"},
 					"metrics-addr": {"127.0.0.1:9184"}, "secure-metrics-addr": {":9185"},
 					"log-format": {"json"}, "node-name": {"n1"},
 				}

@@ -258,8 +258,10 @@ func TestKustomizeBuild(t *testing.T) {
 		{"DaemonSet", namespace, name},
 		{"Role", eventsNamespace, name},
 		{"Role", namespace, name},
+		{"Role", namespace, ciliumConfigRole},
 		{"RoleBinding", eventsNamespace, name},
 		{"RoleBinding", namespace, name},
+		{"RoleBinding", namespace, ciliumConfigRole},
 		{"ServiceAccount", namespace, name},
 	}
 	sortIDs := func(a, b id) int { return strings.Compare(a.Kind+"/"+a.Name, b.Kind+"/"+b.Name) }
@@ -290,11 +292,12 @@ const eventsNamespace = "default"
 
 func TestRBAC(t *testing.T) {
 	objs := decodeFile(t, "rbac.yaml")
-	if len(objs) != 8 {
-		t.Fatalf("rbac.yaml: %d objects, want ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding (Events), Role, RoleBinding (uninstall switch), ClusterRole", len(objs))
+	if len(objs) != 10 {
+		t.Fatalf("rbac.yaml: %d objects, want ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding (Events), Role, RoleBinding (uninstall switch), Role, RoleBinding (cilium-config), ClusterRole", len(objs))
 	}
 	testEventsRole(t, objs[3], objs[4])
 	testUninstallRole(t, objs[5], objs[6])
+	testCiliumConfigRole(t, objs[7], objs[8], "kube-system", "cilium-config")
 	sa, ok1 := objs[0].(*corev1.ServiceAccount)
 	role, ok2 := objs[1].(*rbacv1.ClusterRole)
 	binding, ok3 := objs[2].(*rbacv1.ClusterRoleBinding)
@@ -348,9 +351,9 @@ func TestRBAC(t *testing.T) {
 
 	// The scraper's role: get on /metrics, the one URL the secure listener
 	// serves, and nothing else.
-	reader, ok := objs[7].(*rbacv1.ClusterRole)
+	reader, ok := objs[9].(*rbacv1.ClusterRole)
 	if !ok || reader.Name != metricsReader {
-		t.Fatalf("rbac.yaml: last object %T %v, want the ClusterRole %s", objs[7], objs[7], metricsReader)
+		t.Fatalf("rbac.yaml: last object %T %v, want the ClusterRole %s", objs[9], objs[9], metricsReader)
 	}
 	wantReader := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}
 	if diff := cmp.Diff(wantReader, reader.Rules); diff != "" {
@@ -411,6 +414,7 @@ var agentFlags = map[string]bool{
 	"protocol": true, "metrics-addr": true, "log-format": true, "allow-shared": true,
 	"secure-metrics-addr": true, "tls-cert-file": true, "tls-key-file": true,
 	"uninstall-configmap": true, "events": true, "node-condition": true,
+	"cilium-namespace": true, "cilium-configmap": true,
 }
 
 // parseArgs checks the container's args — a subcommand, then --flag=value —
@@ -581,6 +585,8 @@ func TestDaemonSet(t *testing.T) {
 			"secure-metrics-addr": {":9185"},
 			"log-format":          {"text"},
 			"uninstall-configmap": {uninstallConfigMap},
+			"cilium-namespace":    {"kube-system"},
+			"cilium-configmap":    {"cilium-config"},
 		}
 		if diff := cmp.Diff(want, flags); diff != "" {
 			t.Errorf("args (-want +got):\n%s", diff)

@@ -59,6 +59,8 @@ type Options struct {
 	Extra map[string][]string
 	// Allowed lists, by user, the non-resource paths a SubjectAccessReview allows "get" on.
 	Allowed map[string][]string
+	// NoCiliumConfig starts the server without kube-system/cilium-config (configmap.go).
+	NoCiliumConfig bool
 }
 
 // Kind is a kind of request, for counting and for faults.
@@ -123,6 +125,8 @@ type Server struct {
 	pages      uint64 // pages served endless
 	handlers   map[string]http.Handler
 	intercepts map[Kind]Interceptor
+	configMaps map[string]*configMap // by namespace/name (configmap.go)
+	cmChanged  chan struct{}         // closed at each change of configMaps
 }
 
 // Start serves a new Server.
@@ -163,6 +167,12 @@ func Start(opts Options) (*Server, error) {
 		handlers:   map[string]http.Handler{},
 		intercepts: map[Kind]Interceptor{},
 		rv:         1000, // resourceVersions are opaque; starting high catches clients that assume small ones
+		configMaps: map[string]*configMap{},
+		cmChanged:  make(chan struct{}),
+	}
+	s.handlers[configMapsPrefix] = http.HandlerFunc(s.serveConfigMaps)
+	if !opts.NoCiliumConfig {
+		s.SetConfigMap("kube-system", "cilium-config", CiliumConfigData())
 	}
 	s.srv = &httptest.Server{
 		Listener:    ln,

@@ -96,6 +96,8 @@ deploy/daemonset.yaml's order.
 {{- end }}
 - {{ printf "--encryption=%s" .Values.encryption | toJson }}
 - {{ printf "--uninstall-configmap=%s" .Values.uninstall.configMapName | toJson }}
+- {{ printf "--cilium-namespace=%s" .Values.cilium.namespace | toJson }}
+- {{ printf "--cilium-configmap=%s" .Values.cilium.configMapName | toJson }}
 - {{ printf "--metrics-addr=%s" .Values.metrics.address | toJson }}
 {{- with .Values.metrics.secureAddress }}
 {{- $host := regexReplaceAll ":[0-9]+$" . "" }}
@@ -163,7 +165,7 @@ given twice, so one there would get past the checks). deploy/chart_test.go
 holds this list to every flag the chart renders.
 */}}
 {{- define "marksplit.valueFlags" -}}
---tunnel-link --mark --table --priority --allow-shared --peers --prefix --underlay-link --protocol --encryption --uninstall-configmap --metrics-addr --secure-metrics-addr --tls-cert-file --tls-key-file --events --log-format --node-condition
+--tunnel-link --mark --table --priority --allow-shared --peers --prefix --underlay-link --protocol --encryption --uninstall-configmap --cilium-namespace --cilium-configmap --metrics-addr --secure-metrics-addr --tls-cert-file --tls-key-file --events --log-format --node-condition
 {{- end }}
 
 {{/*
