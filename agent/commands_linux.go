@@ -167,10 +167,10 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	defer ap.Close()
-	var ln net.Listener
-	if o.metricsAddr != "" {
-		if ln, err = net.Listen("tcp", o.metricsAddr); err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
+	var hln *net.UnixListener
+	if o.healthSocket != "" {
+		if hln, err = listenHealth(o.healthSocket); err != nil {
+			return err
 		}
 	}
 	sec, err := listenSecure(o, log)
@@ -203,13 +203,13 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	met.addNodeEncryption(l, srcs.nodeEnc)
 
 	metricsAt := "off"
-	if ln != nil {
-		metricsAt = ln.Addr().String()
+	if o.metricsAddr != "" {
+		metricsAt = o.metricsAddr
 	}
 	log.Info("marksplit "+version+" running", "tunnel_link", o.policy.TunnelLink,
 		"table", uint32(o.policy.Table), "priority", o.policy.Priority, "encryption", o.encryption, "metrics_addr", metricsAt,
-		"secure_metrics_addr", sec.addr())
-	if ln != nil && !loopbackOnly(o.metricsAddr) {
+		"secure_metrics_addr", sec.addr(), "health_socket", o.healthSocket)
+	if o.metricsAddr != "" && !loopbackOnly(o.metricsAddr) {
 		log.Warn("metrics, /healthz and /readyz listen on " + metricsAt + ", beyond loopback: whoever reaches this node there can read them (the DaemonSet's probes need only 127.0.0.1)")
 	}
 
@@ -229,34 +229,39 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	if cond != nil {
 		g.Go(func() { cond.Run(ctx) })
 	}
-	if ln != nil {
-		healthy := func() error {
-			switch {
-			case !watching.Load():
-				return errors.New("the rtnetlink watcher is not running")
-			case !w.Synced():
-				return errors.New("the rtnetlink cache is not synced")
-			}
-			return nil
+	healthy := func() error {
+		switch {
+		case !watching.Load():
+			return errors.New("the rtnetlink watcher is not running")
+		case !w.Synced():
+			return errors.New("the rtnetlink cache is not synced")
 		}
-		ready := func() error {
-			switch {
-			case srcs.peers != nil && !l.peersKnown() && !l.switchedOff() && l.standingDown() == "":
-				return errors.New("no list of the CiliumNodes yet: nothing is edited before the first (see the log)")
-			case srcs.nodeEnc != nil && !l.nodeEncKnown() && !l.switchedOff():
-				return errors.New("node encryption not read from " + srcs.nodeEnc.what + " yet: nothing is edited before it is (see the log)")
-			case l.peersIncomplete() != "" && !l.switchedOff() && l.standingDown() == "":
-				return errors.New(l.peersIncomplete())
-			case !l.r.Converged():
-				return errors.New("no converged pass yet (encryption mode unknown, or the last pass failed or waits for a rate-limited repair; see the log)")
-			}
-			return nil
+		return nil
+	}
+	ready := func() error {
+		switch {
+		case srcs.peers != nil && !l.peersKnown() && !l.switchedOff() && l.standingDown() == "":
+			return errors.New("no list of the CiliumNodes yet: nothing is edited before the first (see the log)")
+		case srcs.nodeEnc != nil && !l.nodeEncKnown() && !l.switchedOff():
+			return errors.New("node encryption not read from " + srcs.nodeEnc.what + " yet: nothing is edited before it is (see the log)")
+		case l.peersIncomplete() != "" && !l.switchedOff() && l.standingDown() == "":
+			return errors.New(l.peersIncomplete())
+		case !l.r.Converged():
+			return errors.New("no converged pass yet (encryption mode unknown, or the last pass failed or waits for a rate-limited repair; see the log)")
 		}
+		return nil
+	}
+	if hln != nil {
+		g.Go(func() { serveHealth(ctx, hln, healthy, ready, log) })
+	}
+	if o.metricsAddr != "" {
 		g.Go(func() {
-			metricsserver.Serve(ctx, ln, metricsserver.DefaultLimits(), metricsserver.Probes(met.handler(log), healthy, ready), nil, log)
+			if ln := listenRetry(ctx, "metrics-addr", o.metricsAddr, met.listenFailed.WithLabelValues("metrics"), log); ln != nil {
+				metricsserver.Serve(ctx, ln, metricsserver.DefaultLimits(), metricsserver.Probes(met.handler(log), healthy, ready), nil, log)
+			}
 		})
 	}
-	if sec.ln != nil {
+	if sec.addr() != "off" {
 		g.Go(func() { serveSecure(ctx, sec, met, log) })
 	}
 	l.r.Run(ctx)

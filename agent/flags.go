@@ -36,6 +36,9 @@ const (
 
 const defaultMetricsAddr = "127.0.0.1:9184"
 
+// defaultHealthSocket is in the DaemonSet's emptyDir at /run/marksplit.
+const defaultHealthSocket = "/run/marksplit/health.sock"
+
 // defaultUninstallConfigMap is the uninstall switch's name: a ConfigMap
 // that no manifest ships (docs/operations.md, "Uninstall").
 const defaultUninstallConfigMap = "marksplit-uninstall"
@@ -70,6 +73,7 @@ type options struct {
 	// ciliumNamespace and ciliumConfigMap name Cilium's cilium-config, read
 	// for encrypt-node with --encryption=auto (nodeencryption_linux.go).
 	ciliumNamespace, ciliumConfigMap string
+	healthSocket                     string // the probes' unix socket; "" for none (health_linux.go)
 }
 
 // usageError is a bad command line: the agent prints it in one line and
@@ -95,6 +99,9 @@ Usage:
                               ask the kernel for ADDR without and with the mark; exit 0
                               only when the split is in place (with --peers=auto: for a
                               peer's address; any other address must not be split)
+  marksplit health [--ready] [--health-socket PATH]
+                              ask the running agent whether it is alive and synced
+                              (--ready: whether a pass converged); exit 0 when it is
 
 One of --peers=auto, --prefix or --underlay-link is required. --peers=auto
 (from every CiliumNode: exactly the encrypting peers) needs the Kubernetes API
@@ -247,6 +254,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.BoolVar(&o.allowShared, "allow-shared", false, "own --table or --priority even where Cilium (tables 200-202, 2004, 2005; priorities 1, 8-10, 20, 100, 109-112) or Tailscale (table 52; priorities 5210-5270) keep theirs")
 	fs.Var(offValue{&o.noEvents}, "events", "record Kubernetes Events on the Node with run (a fight, failing passes, mode changes, the split installed or removed); needs the API from a pod and $NODE_NAME, else there are none; false disables")
 	fs.StringVar(&o.nodeCondition, "node-condition", "", "`type` of a condition run sets on its own Node: True when the split is in place or not needed, False with a reason (e.g. MarkSplitReady); needs the API from a pod and $NODE_NAME; empty disables")
+	fs.StringVar(&o.healthSocket, "health-socket", defaultHealthSocket, "unix `socket` that `marksplit health` (the kubelet's exec probes) asks with run; its directory is made 0700 and must be root's; empty disables")
 	if o.cmd == cmdVerify {
 		fs.Var(addrValue{&o.peer}, "peer", "`address` to ask the kernel about (verify)")
 	}

@@ -32,23 +32,23 @@ func TestParseArgs(t *testing.T) {
 			args: []string{"--prefix=10.0.0.0/16"},
 			env:  map[string]string{"NODE_NAME": "worker-1"},
 			want: options{cmd: cmdRun, policy: withPrefix, encryption: encAuto, nodeName: "worker-1",
-				metricsAddr: "127.0.0.1:9184", logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap},
+				metricsAddr: "127.0.0.1:9184", logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap, healthSocket: defaultHealthSocket},
 		},
 		{
 			name: "every flag",
 			args: []string{"once", "--tunnel-link", "wg1", "--mark", "0x1e00/0x1f00", "--table=1000",
 				"--priority", "1001", "--prefix", "10.0.0.0/16", "--prefix=fd00::/8", "--underlay-link", "eth0",
-				"--encryption=on", "--node-name", "n1", "--protocol", "static", "--metrics-addr=", "--log-format=json", "--uninstall-configmap=off.switch"},
+				"--encryption=on", "--node-name", "n1", "--protocol", "static", "--metrics-addr=", "--log-format=json", "--uninstall-configmap=off.switch", "--health-socket=/run/x/h.sock"},
 			want: options{cmd: cmdOnce, policy: mtupolicy.Config{
 				TunnelLink: "wg1", Mark: 0x1e00, Mask: 0x1f00, Table: 1000, Priority: 1001,
 				Protocol: netwatch.ProtoStatic, UnderlayLink: "eth0", Repair: true,
 				Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("fd00::/8")},
-			}, encryption: encOn, nodeName: "n1", logFormat: "json", uninstallConfigMap: "off.switch"},
+			}, encryption: encOn, nodeName: "n1", logFormat: "json", uninstallConfigMap: "off.switch", healthSocket: "/run/x/h.sock"},
 		},
 		{
 			name: "another uninstall switch, or none",
 			args: []string{"--prefix=10.0.0.0/16", "--uninstall-configmap=", "--encryption=on"},
-			want: options{cmd: cmdRun, policy: withPrefix, encryption: encOn, metricsAddr: defaultMetricsAddr, logFormat: "text"},
+			want: options{cmd: cmdRun, policy: withPrefix, encryption: encOn, metricsAddr: defaultMetricsAddr, logFormat: "text", healthSocket: defaultHealthSocket},
 		},
 		{
 			name: "every bit of a mark, said so; a numeric protocol",
@@ -56,7 +56,7 @@ func TestParseArgs(t *testing.T) {
 			want: func() options {
 				p := def
 				p.UnderlayLink, p.Mark, p.Mask, p.Protocol = "enp7s0", 7, 0xffffffff, 200
-				return options{cmd: cmdPlan, policy: p, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap}
+				return options{cmd: cmdPlan, policy: p, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap, healthSocket: defaultHealthSocket}
 			}(),
 		},
 		{
@@ -65,36 +65,36 @@ func TestParseArgs(t *testing.T) {
 			want: func() options {
 				p := def
 				p.UnderlayLink, p.Table, p.Priority = "enp7s0", 2004, 100
-				return options{cmd: cmdPlan, policy: p, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text", allowShared: true, uninstallConfigMap: defaultUninstallConfigMap}
+				return options{cmd: cmdPlan, policy: p, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text", allowShared: true, uninstallConfigMap: defaultUninstallConfigMap, healthSocket: defaultHealthSocket}
 			}(),
 		},
 		{
 			name: "verify and cleanup need no node name in auto mode",
 			args: []string{"verify", "--peer", "10.0.0.9", "--prefix=10.0.0.0/16"},
 			want: options{cmd: cmdVerify, policy: withPrefix, encryption: encAuto, metricsAddr: defaultMetricsAddr,
-				logFormat: "text", peer: netip.MustParseAddr("10.0.0.9"), uninstallConfigMap: defaultUninstallConfigMap},
+				logFormat: "text", peer: netip.MustParseAddr("10.0.0.9"), uninstallConfigMap: defaultUninstallConfigMap, healthSocket: defaultHealthSocket},
 		},
 		{
 			name: "peers",
 			args: []string{"--peers=auto"},
 			env:  map[string]string{"NODE_NAME": "worker-1"},
 			want: options{cmd: cmdRun, policy: withPeers, encryption: encAuto, nodeName: "worker-1",
-				metricsAddr: "127.0.0.1:9184", logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap},
+				metricsAddr: "127.0.0.1:9184", logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap, healthSocket: defaultHealthSocket},
 		},
 		{
 			name: "peers with the mode off read no API, so need no node name",
 			args: []string{"once", "--peers=auto", "--encryption=off"},
-			want: options{cmd: cmdOnce, policy: withPeers, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap},
+			want: options{cmd: cmdOnce, policy: withPeers, encryption: encOff, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap, healthSocket: defaultHealthSocket},
 		},
 		{
 			name: "cleanup with peers needs no node name",
 			args: []string{"cleanup", "--peers", "auto"},
-			want: options{cmd: cmdCleanup, policy: withPeers, encryption: encAuto, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap},
+			want: options{cmd: cmdCleanup, policy: withPeers, encryption: encAuto, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap, healthSocket: defaultHealthSocket},
 		},
 		{
 			name: "cleanup",
 			args: []string{"cleanup", "--prefix=10.0.0.0/16"},
-			want: options{cmd: cmdCleanup, policy: withPrefix, encryption: encAuto, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap},
+			want: options{cmd: cmdCleanup, policy: withPrefix, encryption: encAuto, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap, healthSocket: defaultHealthSocket},
 		},
 	}
 	for _, tt := range tests {

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,9 @@ func TestMain(m *testing.M) {
 	}
 	if names := os.Getenv(squatEnv); names != "" {
 		os.Exit(squat(names))
+	}
+	if v := os.Getenv(floodEnv); v != "" {
+		os.Exit(flood(v))
 	}
 	code := m.Run()
 	if binDir != "" {
@@ -274,6 +278,10 @@ func (s *seed) startBin(t testing.TB, bin string, args ...string) *agentProc {
 // startBinEnv is startBin with the environment env (nil: the test's).
 func (s *seed) startBinEnv(t testing.TB, bin string, env []string, args ...string) *agentProc {
 	t.Helper()
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--health-socket") }) {
+		// Each agent its own: the default is one path for the whole host.
+		args = append(args, "--health-socket="+filepath.Join(t.TempDir(), "health.sock"))
+	}
 	args = append(append([]string{"--net=" + s.ns.Path(), bin, "run"}, args...), "--log-format=json")
 	a := &agentProc{cmd: exec.Command("nsenter", args...), out: new(netwatchtest.SyncBuffer), done: make(chan struct{})}
 	a.cmd.Env = env

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,12 +22,24 @@ import (
 
 // squatEnv makes the test binary a squatter instead of running tests
 // (TestMain): it binds the abstract unix socket names in the variable
-// (comma-separated), says "ready", and holds them until its standard
-// input closes.
+// (comma-separated; tcp:ADDR for a TCP address), says "ready", and holds
+// them until its standard input closes.
 const squatEnv = "MARKSPLIT_TEST_SQUAT"
 
 func squat(names string) int {
 	for name := range strings.SplitSeq(names, ",") {
+		if addr, ok := strings.CutPrefix(name, "tcp:"); ok {
+			// A TCP port, answering 200 to every request, as the red team's
+			// squatter answered the kubelet's /healthz (issue 38).
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer ln.Close()
+			go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") }))
+			continue
+		}
 		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -41,6 +55,15 @@ func squat(names string) int {
 // startSquatter runs the test binary as the user nobody in the seed's
 // namespace, holding the abstract socket names, until the test ends.
 func (s *seed) startSquatter(t *testing.T, names ...string) {
+	t.Helper()
+	s.startNobody(t, squatEnv+"="+strings.Join(names, ","))
+}
+
+// startNobody runs the test binary as the user nobody in the seed's
+// namespace with the environment variable env (squatEnv or floodEnv), waits
+// for its first line, "ready…", and returns it and a func that ends it
+// (also called when the test ends).
+func (s *seed) startNobody(t *testing.T, env string) (string, func()) {
 	t.Helper()
 	// nobody must be able to run a copy of the test binary.
 	dir, err := os.MkdirTemp("", "marksplit-squatter-")
@@ -60,7 +83,7 @@ func (s *seed) startSquatter(t *testing.T, names ...string) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = []string{squatEnv + "=" + strings.Join(names, ",")}
+	cmd.Env = []string{env}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -75,10 +98,14 @@ func (s *seed) startSquatter(t *testing.T, names ...string) {
 	if err := s.ns.Do(cmd.Start); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
-		t.Fatalf("squatter: %q, %v", line, err)
+	var once sync.Once
+	end := func() { once.Do(func() { stdin.Close(); cmd.Wait() }) }
+	t.Cleanup(end)
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if !strings.HasPrefix(line, "ready") {
+		t.Fatalf("%s as nobody: %q, %v", env, line, err)
 	}
+	return strings.TrimSpace(line), end
 }
 
 // waitExit waits at most d for the agent to exit, and returns its exit

@@ -13,6 +13,8 @@
 //	marksplit cleanup [flags]   remove every route and rule the agent owns
 //	marksplit verify --peer ADDR [flags]
 //	                            ask the kernel for ADDR without and with the mark
+//	marksplit health [--ready]  ask the running agent over its health socket
+//	                            (the kubelet's exec probes)
 //
 // Every subcommand takes the policy flags (--tunnel-link, --mark, --table,
 // --priority, --peers, --prefix, --underlay-link, --protocol); `marksplit -h`
@@ -71,7 +73,9 @@
 //
 // `marksplit plan` shows what a pass would do. /metrics has passes,
 // changes and failures by kind, fights, resyncs and events; /healthz says
-// whether the cache is synced, /readyz whether a pass has converged.
+// whether the cache is synced, /readyz whether a pass has converged; so do
+// `marksplit health` and `marksplit health --ready`, over the health socket
+// (health_linux.go), which no other local user can take or flood.
 package main
 
 import (
@@ -98,6 +102,9 @@ const (
 )
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "health" {
+		return runHealth(args[1:], stdout, stderr)
+	}
 	o, err := parseArgs(args, os.Getenv, stdout)
 	switch {
 	case errors.Is(err, flag.ErrHelp):

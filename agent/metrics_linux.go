@@ -30,6 +30,9 @@ type metrics struct {
 	mode     *prometheus.GaugeVec
 	ready    prometheus.Gauge
 	lastGood prometheus.Gauge
+	// listenFailed counts the failed tries to listen, by listener
+	// (listenRetry).
+	listenFailed *prometheus.CounterVec
 
 	modeMu   sync.Mutex // guards curMode and isReadyV, for the scrape
 	curMode  mtupolicy.Mode
@@ -79,7 +82,13 @@ func newMetrics(w *netwatch.Watcher, cfg mtupolicy.Config, requests func() map[s
 			Name: "marksplit_last_successful_pass_timestamp_seconds",
 			Help: "When a pass last converged (Unix time); 0 before the first.",
 		}),
+		listenFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "marksplit_listen_failures_total",
+			Help: "Failed tries to listen on --metrics-addr (metrics) or --secure-metrics-addr (secure-metrics), such as a port another program holds; the agent runs on and tries again, every 30 s at most.",
+		}, []string{"listener"}),
 	}
+	m.listenFailed.WithLabelValues("metrics")
+	m.listenFailed.WithLabelValues("secure-metrics")
 	for _, k := range []netwatch.OpKind{netwatch.RouteReplace, netwatch.RouteDelete, netwatch.RuleAdd, netwatch.RuleDelete} {
 		m.changes.WithLabelValues(k.String())
 		m.failed.WithLabelValues(k.String())
@@ -90,7 +99,7 @@ func newMetrics(w *netwatch.Watcher, cfg mtupolicy.Config, requests func() map[s
 		m.passes.WithLabelValues(r)
 	}
 	m.setMode(mtupolicy.ModeUnknown)
-	m.reg.MustRegister(m.passes, m.took, m.changes, m.failed, m.fights, m.fighting, m.mode, m.ready, m.lastGood,
+	m.reg.MustRegister(m.passes, m.took, m.changes, m.failed, m.fights, m.fighting, m.mode, m.ready, m.lastGood, m.listenFailed,
 		&scrapeCollector{w: w, cfg: cfg, requests: requests, snmp: snmp, m: m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

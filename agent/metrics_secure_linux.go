@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,10 +24,15 @@ import (
 
 // serveSecure serves /metrics on s's listener, over TLS, to the tokens its
 // Authorizer allows, until ctx ends.
+// A port another program holds is tried again (listenRetry).
 func serveSecure(ctx context.Context, s secureListener, m *metrics, log *slog.Logger) {
+	ln := listenRetry(ctx, "secure-metrics-addr", s.listen, m.listenFailed.WithLabelValues("secure-metrics"), log)
+	if ln == nil {
+		return
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", s.authz.Handler(m.handler(log)))
-	metricsserver.Serve(ctx, s.ln, metricsserver.DefaultLimits(), mux, s.tls, log)
+	metricsserver.Serve(ctx, ln, metricsserver.DefaultLimits(), mux, s.tls, log)
 }
 
 // newMetricsAuth returns the Authorizer of the secure listener: it reviews
@@ -71,12 +75,12 @@ func newTLSConfig(o options, listen string, log *slog.Logger) (*tls.Config, erro
 // secureListener is what --secure-metrics-addr needs; all nil when it is
 // empty.
 type secureListener struct {
-	ln    net.Listener
-	authz *kubeauth.Authorizer
-	tls   *tls.Config
+	listen string // the address, listened on by serveSecure
+	authz  *kubeauth.Authorizer
+	tls    *tls.Config
 }
 
-// listenSecure opens the secure metrics listener of o.
+// listenSecure prepares the secure metrics listener of o.
 func listenSecure(o options, log *slog.Logger) (secureListener, error) {
 	var s secureListener
 	if o.secureMetricsAddr == "" {
@@ -89,15 +93,13 @@ func listenSecure(o options, log *slog.Logger) (secureListener, error) {
 	if s.tls, err = newTLSConfig(o, o.secureMetricsAddr, log); err != nil {
 		return s, err
 	}
-	if s.ln, err = net.Listen("tcp", o.secureMetricsAddr); err != nil {
-		return s, fmt.Errorf("--secure-metrics-addr: %w", err)
-	}
+	s.listen = o.secureMetricsAddr
 	return s, nil
 }
 
 func (s secureListener) addr() string {
-	if s.ln == nil {
+	if s.listen == "" {
 		return "off"
 	}
-	return s.ln.Addr().String()
+	return s.listen
 }

@@ -50,18 +50,33 @@ func startSecure(t *testing.T, o options) string {
 	must(t, err)
 	cfg, err := newTLSConfig(o, "127.0.0.1:0", slog.New(slog.DiscardHandler))
 	must(t, err)
+	// A free port: serveSecure listens on it (again, should another take it).
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
 	m := newMetrics(netwatch.New(netwatch.Options{}), mtupolicy.Config{}, nil, snmpPath)
 	m.addAuth(authz)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		serveSecure(ctx, secureListener{ln: ln, authz: authz, tls: cfg}, m, slog.New(slog.DiscardHandler))
+		serveSecure(ctx, secureListener{listen: addr, authz: authz, tls: cfg}, m, slog.New(slog.DiscardHandler))
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	return ln.Addr().String()
+	// serveSecure listens in its goroutine: wait for it.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the secure listener on %s: %v", addr, err)
+		}
+		<-time.After(2 * time.Millisecond)
+	}
 }
 
 // TestSecureMetrics checks the secure listener's answers, its self-signed
@@ -137,8 +152,8 @@ func TestListenSecureOutsideAPod(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_PORT", "")
 	s, err := listenSecure(options{secureMetricsAddr: "127.0.0.1:0"}, slog.New(slog.DiscardHandler))
 	var ue *usageError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--secure-metrics-addr asks the API server") || s.ln != nil {
-		t.Errorf("listenSecure outside a pod: %v, listener %v; want a usage error and no listener", err, s.ln)
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--secure-metrics-addr asks the API server") || s.listen != "" {
+		t.Errorf("listenSecure outside a pod: %v, listener %v; want a usage error and no listener", err, s.listen)
 	}
 	if s, err := listenSecure(options{}, slog.New(slog.DiscardHandler)); err != nil || s.addr() != "off" {
 		t.Errorf("listenSecure without the flag: %v, %s; want off", err, s.addr())
