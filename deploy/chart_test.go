@@ -33,7 +33,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -689,8 +688,8 @@ func TestChartValues(t *testing.T) {
 				t.Errorf("--metrics-addr = %q", got)
 			}
 			for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
-				if g := p.HTTPGet; g.Host != "::1" || g.Port != intstr.FromInt32(9186) {
-					t.Errorf("probe goes to %s port %s, want ::1 port 9186", g.Host, g.Port.String())
+				if p.Exec == nil || p.HTTPGet != nil {
+					t.Errorf("probe %+v: want the exec probe over the health socket, whatever the listener", p.ProbeHandler)
 				}
 			}
 		}},
@@ -706,8 +705,8 @@ func TestChartValues(t *testing.T) {
 				t.Errorf("POD_IP (-want +got):\n%s", diff)
 			}
 			for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
-				if g := p.HTTPGet; g.Host != "" || g.Port != intstr.FromInt32(9184) {
-					t.Errorf("probe goes to %q port %s, want the pod IP (no host) port 9184", g.Host, g.Port.String())
+				if p.Exec == nil || p.HTTPGet != nil {
+					t.Errorf("probe %+v: want the exec probe over the health socket, whatever the listener", p.ProbeHandler)
 				}
 			}
 		}},
@@ -791,13 +790,14 @@ resources: {limits: {memory: 256Mi}}
 			if !slices.Equal(a["tls-cert-file"], []string{"/etc/marksplit/tls/tls.crt"}) || !slices.Equal(a["tls-key-file"], []string{"/etc/marksplit/tls/tls.key"}) {
 				t.Errorf("args %q, want --tls-cert-file and --tls-key-file in /etc/marksplit/tls", c.Args)
 			}
+			// After the health socket's (deploy/daemonset.yaml's).
 			wantMounts := []corev1.VolumeMount{{Name: "metrics-tls", MountPath: "/etc/marksplit/tls", ReadOnly: true}}
-			if diff := cmp.Diff(wantMounts, c.VolumeMounts); diff != "" {
+			if diff := cmp.Diff(wantMounts, c.VolumeMounts[1:]); diff != "" {
 				t.Errorf("volumeMounts (-want +got):\n%s", diff)
 			}
 			mode := int32(0o400)
 			wantVolumes := []corev1.Volume{{Name: "metrics-tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "marksplit-metrics-tls", DefaultMode: &mode}}}}
-			if diff := cmp.Diff(wantVolumes, ds.Spec.Template.Spec.Volumes); diff != "" {
+			if diff := cmp.Diff(wantVolumes, ds.Spec.Template.Spec.Volumes[1:]); diff != "" {
 				t.Errorf("volumes (-want +got):\n%s", diff)
 			}
 		}},

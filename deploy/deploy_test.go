@@ -599,46 +599,45 @@ func TestDaemonSet(t *testing.T) {
 		if len(addrs) != 1 || addrs[0] == "" {
 			t.Fatalf("--metrics-addr = %q: the probes need the metrics listener", addrs)
 		}
-		host, portStr, err := net.SplitHostPort(addrs[0])
+		host, _, err := net.SplitHostPort(addrs[0])
 		if err != nil {
 			t.Fatalf("--metrics-addr=%s: %v", addrs[0], err)
 		}
-		port, err := strconv.Atoi(portStr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// With hostNetwork an httpGet probe without host goes to the node's
-		// IP; a loopback listener answers only when the probe names it.
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 			t.Errorf("--metrics-addr host %q: want a loopback address (metrics stay off the network)", host)
 		}
-		wantGet := func(path string) *corev1.HTTPGetAction {
-			return &corev1.HTTPGetAction{
-				Host:   host,
-				Port:   intstr.FromInt(port),
-				Path:   path,
-				Scheme: "",
-			}
-		}
+		// The probes are exec probes over the health socket (issue 38: a
+		// TCP port can be taken or flooded by another user), whose
+		// directory is a volume: the root filesystem is read-only.
+		health := []string{"/usr/local/bin/marksplit", "health"}
 		for _, p := range []struct {
-			name  string
-			probe *corev1.Probe
-			path  string
+			name    string
+			probe   *corev1.Probe
+			command []string
 		}{
-			{"livenessProbe", c.LivenessProbe, "/healthz"},
-			{"readinessProbe", c.ReadinessProbe, "/readyz"},
-			{"startupProbe", c.StartupProbe, "/healthz"},
+			{"livenessProbe", c.LivenessProbe, health},
+			{"readinessProbe", c.ReadinessProbe, append(slices.Clone(health), "--ready")},
+			{"startupProbe", c.StartupProbe, health},
 		} {
 			if p.probe == nil {
 				t.Errorf("%s missing", p.name)
 				continue
 			}
-			if diff := cmp.Diff(wantGet(p.path), p.probe.HTTPGet); diff != "" {
-				t.Errorf("%s httpGet (-want +got):\n%s", p.name, diff)
+			if p.probe.Exec == nil || p.probe.HTTPGet != nil || p.probe.TCPSocket != nil || p.probe.GRPC != nil {
+				t.Errorf("%s: %+v, want an exec probe alone", p.name, p.probe.ProbeHandler)
+			} else if diff := cmp.Diff(p.command, p.probe.Exec.Command); diff != "" {
+				t.Errorf("%s exec (-want +got):\n%s", p.name, diff)
 			}
 			if p.probe.TimeoutSeconds <= 0 || p.probe.PeriodSeconds <= 0 || p.probe.FailureThreshold <= 0 {
 				t.Errorf("%s: timeout, period and failure threshold should be explicit", p.name)
 			}
+		}
+		// The health socket's directory, /run/marksplit: a volume of the
+		// pod's own.
+		if i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/run/marksplit" }); i < 0 {
+			t.Errorf("volumeMounts %+v: none at /run/marksplit, the health socket's directory", c.VolumeMounts)
+		} else if j := slices.IndexFunc(ds.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == c.VolumeMounts[i].Name }); j < 0 || ds.Spec.Template.Spec.Volumes[j].EmptyDir == nil {
+			t.Errorf("volume %q of /run/marksplit: want an emptyDir", c.VolumeMounts[i].Name)
 		}
 		// One port, the secure listener's, named for the PodMonitor; the
 		// loopback listener has none (with hostNetwork a containerPort becomes

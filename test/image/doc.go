@@ -13,8 +13,9 @@
 // hostNetwork as joining the network namespace), its resource limits — and
 // runs it with runc in a throwaway network namespace that holds the seed
 // topology of `make demo`. It shows that the agent converges (`ip route get`
-// with and without the mark), that /healthz and /readyz answer on loopback
-// as the probes ask, that the container's process has exactly the
+// with and without the mark), that the exec probes (`marksplit health`
+// over the health socket, in the pod's emptyDir) answer as runc exec runs
+// them, that the container's process has exactly the
 // capabilities, privileges, seccomp filter and read-only root asked for,
 // and that SIGTERM (`runc kill`, as the kubelet's stop does) exits 0 and
 // leaves the split in place.

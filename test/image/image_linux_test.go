@@ -52,7 +52,7 @@ func policy(t *testing.T, args []string) (table, mark, metrics string) {
 	}
 	mark, _, _ = strings.Cut(mark, "/")
 	if metrics, ok = flagValue(args, "metrics-addr"); !ok || metrics == "" {
-		t.Fatalf("args %q: no --metrics-addr; the DaemonSet's probes need it", args)
+		t.Fatalf("args %q: no --metrics-addr (the loopback listener)", args)
 	}
 	return table, mark, metrics
 }
@@ -85,20 +85,18 @@ func TestKernelImageAsDaemonSet(t *testing.T) {
 
 	c := w.pod.container
 	for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
-		if p == nil || p.HTTPGet == nil {
+		if p == nil || p.Exec == nil {
+			t.Errorf("probe %+v: want an exec probe (the health socket)", p)
 			continue
 		}
-		url := "http://" + net.JoinHostPort(p.HTTPGet.Host, p.HTTPGet.Port.String()) + p.HTTPGet.Path
-		if err := poll(5*time.Second, func() error {
-			code, err := w.httpGet(url)
-			if err == nil && code != 200 {
-				err = fmt.Errorf("status %d", code)
-			}
+		var said string
+		if err := poll(time.Minute, func() (err error) {
+			said, err = agent.exec(p.Exec.Command...)
 			return err
 		}); err != nil {
-			t.Errorf("probe %s: %v", url, err)
+			t.Errorf("exec probe %q: %v: %s", p.Exec.Command, err, said)
 		} else {
-			t.Logf("probe %s: 200", url)
+			t.Logf("exec probe %q: %s", p.Exec.Command, said)
 		}
 	}
 	if host, _, _ := net.SplitHostPort(metrics); !net.ParseIP(host).IsLoopback() {
@@ -242,10 +240,9 @@ func TestKernelImageWithoutNetAdmin(t *testing.T) {
 	if err := w.splitCheck(table, mark); err == nil {
 		t.Fatal("without NET_ADMIN the split is in place: the check cannot tell")
 	}
-	readyz := "http://" + net.JoinHostPort(w.pod.container.ReadinessProbe.HTTPGet.Host,
-		w.pod.container.ReadinessProbe.HTTPGet.Port.String()) + w.pod.container.ReadinessProbe.HTTPGet.Path
-	if code, err := w.httpGet(readyz); err == nil && code == 200 {
-		t.Errorf("without NET_ADMIN %s answers 200", readyz)
+	readyz := w.pod.container.ReadinessProbe.Exec.Command
+	if said, err := agent.exec(readyz...); err == nil {
+		t.Errorf("without NET_ADMIN %q succeeds: %s", readyz, said)
 	}
 	var first string
 	for _, line := range strings.Split(agent.out.String(), "\n") {

@@ -24,6 +24,7 @@ type pod struct {
 	namespace   string // the DaemonSet's, the pod's
 	grace       int64  // terminationGracePeriodSeconds
 	container   corev1.Container
+	volumes     []corev1.Volume
 }
 
 func readPod(t testing.TB) pod {
@@ -40,7 +41,7 @@ func readPod(t testing.TB) pod {
 	if len(spec.Containers) != 1 {
 		t.Fatalf("%s: %d containers, want 1", manifestPath, len(spec.Containers))
 	}
-	p := pod{hostNetwork: spec.HostNetwork, namespace: ds.Namespace, grace: 30, container: spec.Containers[0]}
+	p := pod{hostNetwork: spec.HostNetwork, namespace: ds.Namespace, grace: 30, container: spec.Containers[0], volumes: spec.Volumes}
 	if g := spec.TerminationGracePeriodSeconds; g != nil {
 		p.grace = *g
 	}
@@ -186,7 +187,7 @@ func TestManifestArgs(t *testing.T) {
 	}
 	run := clusterless(args)
 	if _, ok := flagValue(run, "metrics-addr"); !ok {
-		t.Errorf("args %q: no --metrics-addr, the probes need it", run)
+		t.Errorf("args %q: no --metrics-addr (the loopback listener)", run)
 	}
 	if len(run) == 0 || run[0] != "run" {
 		t.Errorf("args %q: want the run subcommand first", run)

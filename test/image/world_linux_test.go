@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // strict reports whether skips must fail instead (CI sets it).
@@ -234,16 +236,26 @@ func (w *world) agentRun() run {
 	if err := os.WriteFile(termLog, nil, 0o644); err != nil {
 		w.t.Fatal(err)
 	}
+	mounts := []specs.Mount{
+		{Destination: "/dev/termination-log", Type: "bind", Source: termLog, Options: []string{"rbind", "rprivate", "rw"}},
+		{Destination: "/var/run/secrets/kubernetes.io/serviceaccount", Type: "bind", Source: sa, Options: []string{"rbind", "rprivate", "ro"}},
+	}
+	// The pod's emptyDir volumes (the health socket's directory), as the
+	// kubelet makes them: mode 0777; a tmpfs for medium Memory.
+	for _, m := range c.VolumeMounts {
+		i := slices.IndexFunc(w.pod.volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+		if i < 0 || w.pod.volumes[i].EmptyDir == nil {
+			continue
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.MountPath, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=777", "size=1m"}})
+	}
 	return run{
-		pod:   w.pod,
-		image: w.image,
-		args:  clusterless(args),
-		env:   env,
-		netns: "/run/netns/" + w.node,
-		mounts: []specs.Mount{
-			{Destination: "/dev/termination-log", Type: "bind", Source: termLog, Options: []string{"rbind", "rprivate", "rw"}},
-			{Destination: "/var/run/secrets/kubernetes.io/serviceaccount", Type: "bind", Source: sa, Options: []string{"rbind", "rprivate", "ro"}},
-		},
+		pod:    w.pod,
+		image:  w.image,
+		args:   clusterless(args),
+		env:    env,
+		netns:  "/run/netns/" + w.node,
+		mounts: mounts,
 	}
 }
 
@@ -373,6 +385,14 @@ func (c *container) signal(sig string) error {
 		return fmt.Errorf("runc kill %s %s: %v: %s", c.id, sig, err, bytes.TrimSpace(out))
 	}
 	return nil
+}
+
+// exec runs args in the container as the kubelet's exec probe does (runc
+// exec: the container's user, capabilities, seccomp filter and root), and
+// returns its output.
+func (c *container) exec(args ...string) (string, error) {
+	out, err := exec.Command(c.w.runc, append([]string{"--root", c.w.runcRoot, "exec", c.id}, args...)...).CombinedOutput()
+	return string(bytes.TrimSpace(out)), err
 }
 
 // pid returns the container process's pid in the test's pid namespace.

@@ -184,22 +184,6 @@ port https-metrics; empty without a secure listener.
 {{- end }}
 
 {{/*
-marksplit.probe is an httpGet probe of the agent's listener at
-metrics.address. With hostNetwork a probe without host goes to the node's IP:
-right for $(POD_IP), while a loopback listener answers only a probe that
-names it (deploy/daemonset.yaml says why).
-*/}}
-{{- define "marksplit.probe" -}}
-{{- $addr := .root.Values.metrics.address }}
-httpGet:
-  {{- if not (contains "$(POD_IP)" $addr) }}
-  host: {{ regexReplaceAll ":[0-9]+$" $addr "" | trimPrefix "[" | trimSuffix "]" | quote }}
-  {{- end }}
-  port: {{ regexFind "[0-9]+$" $addr | int }}
-  path: {{ .path }}
-{{- end }}
-
-{{/*
 marksplit.image is the agent's image: repository:tag, the tag defaulting to
 the chart's appVersion, and @digest after it when image.digest is set (as
 kustomize writes an images entry with newTag and digest): the runtime pulls
