@@ -104,9 +104,9 @@ func (l *loop) peerPolicy(v netwatch.View, mode mtupolicy.Mode) (reconcile.Desir
 		if mode != mtupolicy.ModeOff {
 			return reconcile.Desired{}, false
 		}
-		return l.peerIndex.DesiredPeers(v, l.cfg, mode, nil)
+		return l.peerIndex.DesiredPeers(v, l.cfg, mode, nil, nil)
 	}
-	return l.peerIndex.DesiredPeers(v, l.cfg, mode, ps.addrs)
+	return l.peerIndex.DesiredPeers(v, l.cfg, mode, ps.addrs, nil)
 }
 
 // inClusterConfig is the ciliumnode.Config of the pod's service account:

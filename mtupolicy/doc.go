@@ -28,6 +28,12 @@
 // change, so that a pass costs what the peers cost, not what the table does
 // (BenchmarkPeerCache).
 //
+// Each peer's host route may carry a smaller MTU than the tunnel's: the
+// caller passes the inner MTU each peer's path carries (InnerMTUs, which
+// internal/pathmtu measures), and the route gets the smaller of the two,
+// without a lock, so that ICMP can still lower it (PeerMTU). A value below
+// the family's minimum is not installed; a note names the peer.
+//
 // # Ownership
 //
 // The policy owns its table and its rule priority in both families: Plan

@@ -31,8 +31,8 @@ func TestPeerCache(t *testing.T) {
 		s.sync(t)
 		s.w.Read(func(v netwatch.View) {
 			before := c.Walks()
-			got, gok := c.DesiredPeers(v, cfg, mtupolicy.ModeOn, peers)
-			want, wok := mtupolicy.DesiredPeers(v, cfg, mtupolicy.ModeOn, peers)
+			got, gok := c.DesiredPeers(v, cfg, mtupolicy.ModeOn, peers, nil)
+			want, wok := mtupolicy.DesiredPeers(v, cfg, mtupolicy.ModeOn, peers, nil)
 			if gok != wok || !reflect.DeepEqual(got, want) {
 				t.Errorf("%s: the cache's answer differs from DesiredPeers'\n got %v %+v\nwant %v %+v", what, gok, got, wok, want)
 			}
@@ -46,7 +46,7 @@ func TestPeerCache(t *testing.T) {
 	var ops []netwatch.Op
 	var err error
 	s.w.Read(func(v netwatch.View) {
-		d, _ := mtupolicy.DesiredPeers(v, cfg, mtupolicy.ModeOn, peers)
+		d, _ := mtupolicy.DesiredPeers(v, cfg, mtupolicy.ModeOn, peers, nil)
 		ops, err = reconcile.Plan(v, d)
 	})
 	if err != nil || len(ops) == 0 {
@@ -90,9 +90,9 @@ func TestPeerCache(t *testing.T) {
 func TestPeerCacheSnapshot(t *testing.T) {
 	v := node().View()
 	var c mtupolicy.PeerCache
-	c.DesiredPeers(v, peerConfig(), mtupolicy.ModeOn, []netip.Addr{addr("10.0.3.7")})
+	c.DesiredPeers(v, peerConfig(), mtupolicy.ModeOn, []netip.Addr{addr("10.0.3.7")}, nil)
 	first := c.Walks()
-	c.DesiredPeers(v, peerConfig(), mtupolicy.ModeOn, []netip.Addr{addr("10.0.3.7")})
+	c.DesiredPeers(v, peerConfig(), mtupolicy.ModeOn, []netip.Addr{addr("10.0.3.7")}, nil)
 	if first == 0 || c.Walks() != 2*first {
 		t.Errorf("%d walks for one pass, %d for two, on a Snapshot's view: want it walked every time", first, c.Walks())
 	}
@@ -130,13 +130,13 @@ func BenchmarkPeerCache(b *testing.B) {
 		w.Read(func(v netwatch.View) {
 			b.Run(fmt.Sprintf("routes=%d/walk", n), func(b *testing.B) {
 				for b.Loop() {
-					mtupolicy.DesiredPeers(v, cfg, mtupolicy.ModeOn, peers)
+					mtupolicy.DesiredPeers(v, cfg, mtupolicy.ModeOn, peers, nil)
 				}
 			})
 			b.Run(fmt.Sprintf("routes=%d/cached", n), func(b *testing.B) {
 				var c mtupolicy.PeerCache
 				for b.Loop() {
-					c.DesiredPeers(v, cfg, mtupolicy.ModeOn, peers)
+					c.DesiredPeers(v, cfg, mtupolicy.ModeOn, peers, nil)
 				}
 				if c.Walks() > 2 {
 					b.Fatalf("%d walks of an unchanged main table", c.Walks())

@@ -33,7 +33,10 @@ import (
 //     by the link, scope link), output link, scope and route flags; src
 //     from the path's prefsrc, else the output link's primary address whose
 //     subnet holds a, else as Desired chooses (gateway's subnet, first
-//     global); MTU TableMTU(tunnel, output link); metric 0 (IPv6: the
+//     global); MTU TableMTU(tunnel, output link), or the peer's inner
+//     MTU from inner where that is smaller (PeerMTU: never below the
+//     family's minimum, which a note names instead), never locked, so that
+//     ICMP can still lower it; metric 0 (IPv6: the
 //     kernel's default, 1024, as Plan takes it); type unicast, cfg.Protocol.
 //   - No host route when the path is not a single-path unicast route out of
 //     a link of its own (multipath, nexthop object, blackhole, unreachable,
@@ -58,9 +61,31 @@ import (
 // A change of the main table moves the host routes with their paths at the
 // next pass, and a table left by prefix mode is replaced wholesale: the
 // table is owned, so whatever the peers do not want in it goes.
-func DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (d reconcile.Desired, ok bool) {
+func DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr, inner InnerMTUs) (d reconcile.Desired, ok bool) {
 	var c PeerCache
-	return c.DesiredPeers(v, cfg, mode, peers)
+	return c.DesiredPeers(v, cfg, mode, peers, inner)
+}
+
+// InnerMTUs holds, by peer address, the largest inner packet the path to
+// that peer carries (internal/pathmtu measures it: floor16(P − 60) for a
+// path of P bytes on an IPv4 underlay, floor16(P − 80) on IPv6). A peer
+// not in it, or at 0, is not known: its host route gets the tunnel MTU as
+// before. nil knows no peer.
+type InnerMTUs map[netip.Addr]uint32
+
+// PeerMTU is the MTU of the host route to a peer of family f whose path
+// carries inner packets of at most inner bytes (0: not known), when the
+// route would otherwise get table (TableMTU): the smaller of the two. A
+// value below the family's minimum (MinMTU) is not installed: the route
+// keeps table, and below reports it.
+func PeerMTU(f netwatch.Family, table, inner uint32) (mtu uint32, below bool) {
+	switch {
+	case inner == 0 || inner >= table:
+		return table, false
+	case inner < MinMTU(f):
+		return table, true
+	}
+	return inner, false
 }
 
 // peerNotes adds to d a note per main route that peers of family f are
@@ -82,7 +107,7 @@ func peerNotes(idx mainIndex, f netwatch.Family, peers []netip.Addr, d *reconcil
 
 // peerFamily adds to d the host routes, throws, rule and repairs of family
 // f.
-func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link, peers []netip.Addr, d *reconcile.Desired, idx mainIndex) {
+func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link, peers []netip.Addr, inner InnerMTUs, d *reconcile.Desired, idx mainIndex) {
 	peerNotes(idx, f, peers, d)
 	srcs := newSources(v, f)
 	n := 0 // host routes, in d.RouteSet (desired made it)
@@ -107,6 +132,10 @@ func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 		if !ok {
 			continue
 		}
+		mtu, below := PeerMTU(f, TableMTU(tun, out), inner[a])
+		if below {
+			d.Notes = append(d.Notes, belowNote(f, a, inner[a]))
+		}
 		h := netwatch.Route{
 			Family:   f,
 			Table:    c.Table,
@@ -114,7 +143,7 @@ func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 			Gateway:  path.Gateway,
 			Index:    path.Index,
 			PrefSrc:  srcs.of(path, a),
-			MTU:      TableMTU(tun, out),
+			MTU:      mtu,
 			Protocol: c.Protocol,
 			Scope:    path.Scope,
 			Type:     netwatch.RouteUnicast,
@@ -148,6 +177,13 @@ func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 	}
 	d.Routes = append(d.Routes, throws...)
 	d.Rules = append(d.Rules, c.rule(f))
+}
+
+// belowNote is the note for a peer a of family f whose path carries inner
+// packets of only inner bytes, below the family's minimum.
+func belowNote(f netwatch.Family, a netip.Addr, inner uint32) string {
+	return fmt.Sprintf("%v: the path to peer %v carries inner packets of at most %d bytes, below the family's minimum %d: its route keeps the tunnel MTU (clamp TCP MSS, or lower Cilium's MTU)",
+		f, a, inner, MinMTU(f))
 }
 
 // uniqueAddrs returns as without duplicates: as itself when it is sorted
@@ -302,7 +338,7 @@ type PeerCache struct {
 }
 
 // DesiredPeers is the package's DesiredPeers, with c's index.
-func (c *PeerCache) DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr) (reconcile.Desired, bool) {
+func (c *PeerCache) DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers []netip.Addr, inner InnerMTUs) (reconcile.Desired, bool) {
 	c.follow(v)
 	if !cfg.Peers {
 		return reconcile.Desired{}, false
@@ -313,7 +349,7 @@ func (c *PeerCache) DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers [
 			c.tables[fi] = walkMain(v, f)
 			c.walks++
 		}
-		cfg.peerFamily(v, f, tun, peers, d, newMainIndex(v, f, c.tables[fi]))
+		cfg.peerFamily(v, f, tun, peers, inner, d, newMainIndex(v, f, c.tables[fi]))
 	})
 }
 

@@ -19,14 +19,14 @@ func BenchmarkDesiredPeers5000(b *testing.B) {
 		peers = append(peers, netip.AddrFrom4([4]byte{10, 0, byte(20 + i/250), byte(1 + i%250)}))
 	}
 	s := node()
-	d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peers)
+	d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peers, nil)
 	s.Routes = append(s.Routes, flat(d).Routes...)
 	s.Rules = append(s.Rules, d.Rules...)
 	v := s.View()
 	b.Run("DesiredPeers", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			mtupolicy.DesiredPeers(v, peerConfig(), mtupolicy.ModeOn, peers)
+			mtupolicy.DesiredPeers(v, peerConfig(), mtupolicy.ModeOn, peers, nil)
 		}
 	})
 	b.Run("Plan", func(b *testing.B) {
@@ -58,7 +58,7 @@ func BenchmarkDesiredPeersLargeMain(b *testing.B) {
 		b.Run(fmt.Sprintf("routes=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, ok := mtupolicy.DesiredPeers(v, peerConfig(), mtupolicy.ModeOn, peers); !ok {
+				if _, ok := mtupolicy.DesiredPeers(v, peerConfig(), mtupolicy.ModeOn, peers, nil); !ok {
 					b.Fatal("DesiredPeers: not ok")
 				}
 			}

@@ -78,8 +78,27 @@ func TestDesiredPeers(t *testing.T) {
 		cfg    func(*mtupolicy.Config)
 		mode   mtupolicy.Mode
 		peers  []netip.Addr
+		inner  mtupolicy.InnerMTUs
 		want   reconcile.Desired
 	}{
+		{
+			name:  "each peer's inner MTU where it is smaller than the tunnel's, never below the family's minimum",
+			peers: peerAddrs("10.0.0.9", "192.0.2.7", "203.0.113.7", "2001:db8::9", "2001:db8:77::9"),
+			inner: mtupolicy.InnerMTUs{
+				addr("10.0.0.9"):       1296, // a path of 1368 bytes
+				addr("192.0.2.7"):      1420, // larger than the tunnel's: the tunnel's
+				addr("2001:db8::9"):    1216, // a path of 1296: below 1280, not installed
+				addr("2001:db8:77::9"): 1280, // a path of 1368: exactly the minimum
+				addr("10.9.9.9"):       1000, // no peer's: ignored
+			},
+			want: reconcile.Desired{
+				Own: ownedEverywhere,
+				Routes: []netwatch.Route{with(hPeer9, func(r *netwatch.Route) { r.MTU = 1296 }), hFar, hPublic, hPeer6,
+					with(hFar6, func(r *netwatch.Route) { r.MTU = 1280 })},
+				Rules:   []netwatch.Rule{rule4, rule6},
+				Repairs: []netwatch.Route{nodeNetRepair},
+			},
+		},
 		{
 			name:  "every kind of path, and the lowered route repaired once",
 			peers: peerAddrs("10.0.0.9", "10.0.0.10", "192.0.2.7", "203.0.113.7", "2001:db8::9", "2001:db8:77::9"),
@@ -237,7 +256,7 @@ func TestDesiredPeers(t *testing.T) {
 			if mode == mtupolicy.ModeUnknown {
 				mode = mtupolicy.ModeOn
 			}
-			d, ok := mtupolicy.DesiredPeers(s.View(), cfg, mode, tt.peers)
+			d, ok := mtupolicy.DesiredPeers(s.View(), cfg, mode, tt.peers, tt.inner)
 			if !ok {
 				t.Fatal("DesiredPeers: not ok")
 			}
@@ -254,7 +273,7 @@ func TestDesiredPeers(t *testing.T) {
 			if err := k.apply(ops); err != nil {
 				t.Fatalf("apply: %v\n%s", err, opsString(ops))
 			}
-			d2, _ := mtupolicy.DesiredPeers(k.s.View(), cfg, mode, tt.peers)
+			d2, _ := mtupolicy.DesiredPeers(k.s.View(), cfg, mode, tt.peers, tt.inner)
 			if again, err := reconcile.Plan(k.s.View(), d2); err != nil || len(again) != 0 {
 				t.Errorf("the next pass plans %v:\n%s", err, opsString(again))
 			}
@@ -279,7 +298,7 @@ func TestDesiredPeersNotOK(t *testing.T) {
 		{"invalid", node().View(), with(peerConfig(), func(c *mtupolicy.Config) { c.Table = 254 }), mtupolicy.ModeOn},
 		{"peers with prefixes", node().View(), with(config(), func(c *mtupolicy.Config) { c.Peers = true }), mtupolicy.ModeOn},
 	} {
-		if d, ok := mtupolicy.DesiredPeers(tt.v, tt.cfg, tt.mode, peers); ok || !cmp.Equal(flat(d), reconcile.Desired{}, cmpNet) {
+		if d, ok := mtupolicy.DesiredPeers(tt.v, tt.cfg, tt.mode, peers, nil); ok || !cmp.Equal(flat(d), reconcile.Desired{}, cmpNet) {
 			t.Errorf("%s: DesiredPeers = %+v, %v; want nothing, false", tt.name, d, ok)
 		}
 	}
@@ -298,7 +317,7 @@ func TestDesiredPeersNotOK(t *testing.T) {
 func TestPeersRouteGets(t *testing.T) {
 	peers := peerAddrs("10.0.0.9", "192.0.2.7", "2001:db8::9")
 	s := node()
-	d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peers)
+	d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peers, nil)
 	ops, err := reconcile.Plan(s.View(), d)
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +343,7 @@ func TestPeersRouteGets(t *testing.T) {
 
 	// A peer leaves (or opts out): its route goes, the rule and the
 	// others stay.
-	d, _ = mtupolicy.DesiredPeers(k.s.View(), peerConfig(), mtupolicy.ModeOn, peerAddrs("10.0.0.9", "2001:db8::9"))
+	d, _ = mtupolicy.DesiredPeers(k.s.View(), peerConfig(), mtupolicy.ModeOn, peerAddrs("10.0.0.9", "2001:db8::9"), nil)
 	ops, err = reconcile.Plan(k.s.View(), d)
 	if err != nil {
 		t.Fatal(err)
@@ -338,7 +357,7 @@ func TestPeersRouteGets(t *testing.T) {
 // routes come, and the rule stays put.
 func TestPeersAfterPrefixMode(t *testing.T) {
 	s := converged(t)
-	d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peerAddrs("10.0.0.9", "2001:db8::9"))
+	d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peerAddrs("10.0.0.9", "2001:db8::9"), nil)
 	ops, err := reconcile.Plan(s.View(), d)
 	if err != nil {
 		t.Fatal(err)
@@ -357,7 +376,7 @@ func TestPeersAfterPrefixMode(t *testing.T) {
 func TestPeersFollowTheMainTable(t *testing.T) {
 	peers := peerAddrs("10.0.0.9")
 	s := node()
-	d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peers)
+	d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peers, nil)
 	ops, _ := reconcile.Plan(s.View(), d)
 	k := kernel{s: clone(s)}
 	if err := k.apply(ops); err != nil {
@@ -365,7 +384,7 @@ func TestPeersFollowTheMainTable(t *testing.T) {
 	}
 	k.s.Routes = append(k.s.Routes, netwatch.Route{Family: netwatch.IPv4, Table: netwatch.TableMain, Dst: pfx("10.0.0.8/29"),
 		Gateway: addr("203.0.113.1"), Index: idxEth, Protocol: netwatch.ProtoStatic, Type: netwatch.RouteUnicast})
-	d, _ = mtupolicy.DesiredPeers(k.s.View(), peerConfig(), mtupolicy.ModeOn, peers)
+	d, _ = mtupolicy.DesiredPeers(k.s.View(), peerConfig(), mtupolicy.ModeOn, peers, nil)
 	ops, err := reconcile.Plan(k.s.View(), d)
 	if err != nil {
 		t.Fatal(err)
@@ -384,13 +403,19 @@ func TestPeerNotes(t *testing.T) {
 		Protocol: netwatch.ProtoStatic, Type: netwatch.RouteUnicast,
 		NextHops: []netwatch.NextHop{{Gateway: addr("10.0.0.1"), Index: idxEnp, Weight: 1}, {Gateway: addr("10.0.0.2"), Index: idxEnp, Weight: 1}}})
 	notes := func(s netwatch.Snapshot, peers []netip.Addr) []string {
-		d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peers)
+		d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peers, nil)
 		return d.Notes
 	}
 	got := notes(s, peerAddrs("10.8.0.1", "10.8.0.2", "10.0.0.9"))
 	want := []string{"inet: peers reached through main route 10.8.0.0/16 keep the interface MTU: it has no single path to copy (multipath or a nexthop object)"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("notes (-want +got):\n%s", diff)
+	}
+	d, _ := mtupolicy.DesiredPeers(s.View(), peerConfig(), mtupolicy.ModeOn, peerAddrs("10.0.0.9", "2001:db8::9"),
+		mtupolicy.InnerMTUs{addr("10.0.0.9"): 1296, addr("2001:db8::9"): 1216})
+	want = []string{"inet6: the path to peer 2001:db8::9 carries inner packets of at most 1216 bytes, below the family's minimum 1280: its route keeps the tunnel MTU (clamp TCP MSS, or lower Cilium's MTU)"}
+	if diff := cmp.Diff(want, d.Notes); diff != "" {
+		t.Errorf("notes below the minimum (-want +got):\n%s", diff)
 	}
 	i := slices.IndexFunc(s.Links, func(l netwatch.Link) bool { return l.Index == idxWG })
 	s.Links[i].Flags = 0
@@ -400,10 +425,47 @@ func TestPeerNotes(t *testing.T) {
 	}
 }
 
+// peerMTU is the MTU the host route to a should have: the smaller of
+// table and a's inner MTU, unless that is below the family's minimum.
+func peerMTU(a netip.Addr, table uint32, inner mtupolicy.InnerMTUs) uint32 {
+	if in := inner[a]; in != 0 && in < table && in >= mtupolicy.MinMTU(netwatch.FamilyOf(a)) {
+		return in
+	}
+	return table
+}
+
+// PeerMTU: the smaller of the table's MTU and the peer's, never a value
+// below the family's minimum, never above the table's.
+func TestPeerMTU(t *testing.T) {
+	for _, tt := range []struct {
+		f            netwatch.Family
+		table, inner uint32
+		want         uint32
+		below        bool
+	}{
+		{netwatch.IPv4, 1420, 0, 1420, false},
+		{netwatch.IPv4, 1420, 1296, 1296, false},
+		{netwatch.IPv4, 1420, 1232, 1232, false},
+		{netwatch.IPv4, 1420, 1440, 1420, false},
+		{netwatch.IPv4, 1300, 1296, 1296, false}, // out link smaller than the tunnel
+		{netwatch.IPv4, 1420, 64, 1420, true},
+		{netwatch.IPv4, 1420, 68, 68, false},
+		{netwatch.IPv6, 1420, 1280, 1280, false},
+		{netwatch.IPv6, 1420, 1216, 1420, true},
+		{netwatch.IPv6, 1420, 1420, 1420, false},
+	} {
+		got, below := mtupolicy.PeerMTU(tt.f, tt.table, tt.inner)
+		if got != tt.want || below != tt.below {
+			t.Errorf("PeerMTU(%v, %d, %d) = %d, %v; want %d, %v", tt.f, tt.table, tt.inner, got, below, tt.want, tt.below)
+		}
+	}
+}
+
 // Properties over random nodes (drawWorld's, with random peers): one pass
 // converges, make before break, nothing but the owned scope and repairs
 // changes; a peer with a path a host route can copy gets it, through the
-// same gateway and link at TableMTU; every other packet, and every marked
+// same gateway and link at TableMTU, or at its inner MTU where that is
+// smaller and not below the family's minimum; every other packet, and every marked
 // one, leaves as before.
 func TestPeersProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -424,8 +486,14 @@ func TestPeersProperties(t *testing.T) {
 				others = append(others, addr(p))
 			}
 		}
+		inner := make(mtupolicy.InnerMTUs)
+		for i, a := range peers {
+			if rapid.Bool().Draw(t, fmt.Sprint("measured", i)) {
+				inner[a] = uint32(rapid.IntRange(1100, 1500).Draw(t, fmt.Sprint("inner", i))) &^ 15
+			}
+		}
 		v := w.s.View()
-		d, ok := mtupolicy.DesiredPeers(v, w.cfg, w.mode, peers)
+		d, ok := mtupolicy.DesiredPeers(v, w.cfg, w.mode, peers, inner)
 		if !ok {
 			t.Fatalf("DesiredPeers: not ok")
 		}
@@ -441,7 +509,7 @@ func TestPeersProperties(t *testing.T) {
 			t.Fatalf("apply: %v\n%s", err, opsString(ops))
 		}
 		after := k.s
-		d2, _ := mtupolicy.DesiredPeers(after.View(), w.cfg, w.mode, peers)
+		d2, _ := mtupolicy.DesiredPeers(after.View(), w.cfg, w.mode, peers, inner)
 		if again, err := reconcile.Plan(after.View(), d2); err != nil || len(again) != 0 {
 			t.Fatalf("the second pass plans (%v):\n%s\nafter the first:\n%s", err, opsString(again), opsString(ops))
 		}
@@ -474,8 +542,8 @@ func TestPeersProperties(t *testing.T) {
 				hasOut && b.Index != idxWG && (!b.Gateway.IsValid() || b.Gateway.Is4() == a.Is4()) &&
 				!local[a] && !a.IsLinkLocalUnicast() && !a.IsMulticast()
 			switch {
-			case split && (!uok || u.Table != 900 || u.Gateway != b.Gateway || u.Index != b.Index || umtu != mtupolicy.TableMTU(tun, out)):
-				t.Fatalf("peer %v: unmarked %v table %v mtu %d; want table 900 through %v at %d", a, u, u.Table, umtu, b, mtupolicy.TableMTU(tun, out))
+			case split && (!uok || u.Table != 900 || u.Gateway != b.Gateway || u.Index != b.Index || umtu != peerMTU(a, mtupolicy.TableMTU(tun, out), inner)):
+				t.Fatalf("peer %v: unmarked %v table %v mtu %d; want table 900 through %v at %d", a, u, u.Table, umtu, b, peerMTU(a, mtupolicy.TableMTU(tun, out), inner))
 			case !split && (uok != bok || uok && (u.Table != b.Table || u.Key() != b.Key())):
 				t.Fatalf("%v (peer %v): unmarked %v table %v after, %v table %v before", a, slices.Contains(peers, a), u, u.Table, b, b.Table)
 			}
