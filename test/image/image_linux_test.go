@@ -102,6 +102,16 @@ func TestKernelImageAsDaemonSet(t *testing.T) {
 	if host, _, _ := net.SplitHostPort(metrics); !net.ParseIP(host).IsLoopback() {
 		t.Errorf("--metrics-addr=%s is not on loopback", metrics)
 	}
+	// The loopback listener keeps /healthz for a person with a port-forward.
+	if err := poll(time.Minute, func() error {
+		code, err := w.httpGet("http://" + metrics + "/healthz")
+		if err == nil && code != 200 {
+			err = fmt.Errorf("status %d", code)
+		}
+		return err
+	}); err != nil {
+		t.Errorf("http://%s/healthz: %v", metrics, err)
+	}
 
 	t.Run("privileges of the agent's process", func(t *testing.T) {
 		pid, err := agent.pid()
