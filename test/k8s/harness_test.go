@@ -227,6 +227,11 @@ func (c *cluster) start() error {
 			return fmt.Errorf("apply deploy/rbac.yaml: %w", err)
 		}
 	}
+	// Cilium's configuration with node encryption on, as the agent's
+	// --encryption=auto needs it (ciliumconfig_test.go).
+	if err := c.admin.createCiliumConfig(ctx, "true"); err != nil {
+		return err
+	}
 	// Prove the token path once here, so a broken TokenRequest fails setup
 	// with a clear error instead of every test.
 	if _, err := c.token(ctx); err != nil {
