@@ -52,7 +52,8 @@ import (
 //   - One rule, not fwmark Mark/Mask lookup Table, when the family has host
 //     routes.
 //   - With cfg.Repair, each non-default path whose MTU equals the tunnel
-//     MTU loses its explicit MTU, as in Desired. The default route is
+//     MTU loses its explicit MTU, as in Desired (never a `proto kernel`
+//     one: Cilium's). The default route is
 //     never repaired: its MTU is the operator's (a route edited by the old
 //     approach is one the split covered, never the default).
 //
@@ -165,7 +166,7 @@ func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 				throws = append(throws, t)
 			}
 		}
-		if c.Repair && path.Dst.Bits() != 0 && path.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU {
+		if c.Repair && path.Dst.Bits() != 0 && path.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU && path.Protocol != netwatch.ProtoKernel {
 			if k := path.Key(); k != lastRepaired && !repaired[k] {
 				repaired[k], lastRepaired = true, k
 				d.Repairs = append(d.Repairs, repair(path))

@@ -127,6 +127,15 @@ func TestDesiredPeers(t *testing.T) {
 			want:  reconcile.Desired{Own: ownedEverywhere, Routes: []netwatch.Route{hFar}, Rules: []netwatch.Rule{rule4}},
 		},
 		{
+			name: "a lowered proto kernel route (Cilium's) is never repaired",
+			change: func(s *netwatch.Snapshot) {
+				i := slices.IndexFunc(s.Routes, func(r netwatch.Route) bool { return r.Key() == nodeNet.Key() })
+				s.Routes[i].Protocol = netwatch.ProtoKernel
+			},
+			peers: peerAddrs("10.0.0.9"),
+			want:  reconcile.Desired{Own: ownedEverywhere, Routes: []netwatch.Route{hPeer9}, Rules: []netwatch.Rule{rule4}},
+		},
+		{
 			name:  "no peers: the owned scope only",
 			peers: nil,
 			want:  reconcile.Desired{Own: ownedEverywhere},

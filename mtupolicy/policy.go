@@ -65,7 +65,11 @@ func (m Mode) String() string {
 //   - With cfg.Repair, each selected main route whose MTU equals the tunnel
 //     MTU loses its explicit MTU, and so follows its output link's again (a
 //     repair that changes nothing else); a route with any other MTU, or
-//     none, is left alone.
+//     none, is left alone, and so is a `proto kernel` route with an explicit
+//     MTU: Cilium writes those (its route reconciler stores an MTU per route
+//     and re-asserts it about every second), and the old approach never did
+//     (its `ip route replace` stamps `proto boot`): repairing one would be a
+//     fight without end.
 //
 // Selected means: table main, type unicast, single path (no multipath, no
 // nexthop object) with an output link, a gateway of its own family if any,
@@ -205,7 +209,7 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 		}.Clean()
 		d.RouteSet.Add(t)
 		n++
-		if c.Repair && r.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU {
+		if c.Repair && r.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU && r.Protocol != netwatch.ProtoKernel {
 			d.Repairs = append(d.Repairs, repair(r))
 		}
 	}

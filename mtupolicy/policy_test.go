@@ -290,15 +290,18 @@ func TestCase02Converged(t *testing.T) {
 
 // Case 3: a main route lowered to the tunnel MTU loses that explicit MTU,
 // once, and so follows its link's again; a route with any other MTU, or
-// none, is left alone.
+// none, is left alone, and so is a lowered `proto kernel` route: Cilium's
+// route reconciler sets that MTU and re-asserts it.
 func TestCase03Repair(t *testing.T) {
 	tests := []struct {
 		name   string
 		mtu    uint32 // of the main route to 10.0.0.0/16
 		repair bool   // Config.Repair
+		kernel bool   // the route is proto kernel
 		want   []netwatch.Op
 	}{
 		{name: "lowered", mtu: 1355, repair: true, want: []netwatch.Op{repair(nodeNetRepair, nodeNet)}},
+		{name: "lowered, proto kernel (Cilium's)", mtu: 1355, repair: true, kernel: true},
 		{name: "lowered, repair off", mtu: 1355},
 		{name: "at the interface MTU", mtu: 1450, repair: true},
 		{name: "no MTU attribute", mtu: 0, repair: true},
@@ -310,6 +313,9 @@ func TestCase03Repair(t *testing.T) {
 			s := node()
 			i := index(t, s.Routes, func(r netwatch.Route) bool { return r.Key() == nodeNet.Key() })
 			s.Routes[i].MTU = tt.mtu
+			if tt.kernel {
+				s.Routes[i].Protocol = netwatch.ProtoKernel
+			}
 			cfg := config()
 			cfg.Repair = tt.repair
 			ops, after := pass(t, s, cfg, mtupolicy.ModeOn)
