@@ -28,6 +28,7 @@ const (
 	reasonInstalled   = "SplitInstalled"
 	reasonRemoved     = "SplitRemoved"
 	reasonStandDown   = "NodeEncryptionOff"
+	reasonSteppedBack = "RepairSteppedBack"
 	reasonResume      = "NodeEncryptionOn"
 )
 
@@ -150,6 +151,16 @@ func (e *nodeEvents) setMode(prev, m mtupolicy.Mode) {
 		return
 	}
 	e.record(kubeevents.Normal, reasonModeChanged, "ReadCiliumNode", fmt.Sprintf("node encryption: %s (was %s)", m, prev))
+}
+
+// stepBack records a repaired route given up: another program re-asserts
+// it. One Event per route.
+func (e *nodeEvents) stepBack(f reconcile.Fight) {
+	if e == nil {
+		return
+	}
+	e.recordGroup(f.Object, kubeevents.Warning, reasonSteppedBack, "StepBack",
+		fmt.Sprintf("%s is undone %d times in %s by %s, which re-asserts it: the agent stepped back and no longer repairs it", f.Line, f.Undos, f.Since.Round(100*time.Millisecond), f.By))
 }
 
 // standDown records the start of a stand-down for node encryption: one

@@ -64,6 +64,8 @@ func newLoop(w *netwatch.Watcher, ap *netwatch.Applier, cfg mtupolicy.Config, cl
 		OnChange: l.change,
 		OnPass:   l.pass,
 		OnFight:  l.fight,
+		// A repaired route another program re-asserts is given up, once.
+		OnStepBack: l.stepBack,
 	}
 	return l
 }
@@ -110,6 +112,13 @@ func (l *loop) fight(f reconcile.Fight) {
 	l.met.fight(f)
 	l.repairs.fight(f.Over)
 	l.ev.fight(f)
+}
+
+// stepBack is told of a repaired route the Reconciler gives up (its log
+// has the line): the metric and one Event.
+func (l *loop) stepBack(f reconcile.Fight) {
+	l.met.stepBack()
+	l.ev.stepBack(f)
 }
 
 func (l *loop) change(op netwatch.Op, line string) {

@@ -43,6 +43,7 @@ func TestMetricsGolden(t *testing.T) {
 	// As runAgent: the registry sees the API's request counters and the peers.
 	m := newMetrics(h.w, peersConfig(), srcs.requests, snmpPath)
 	m.addPeers(h.l, srcs.peers)
+	m.addNodeEncryption(h.l, srcs.nodeEnc)
 	authz, err := kubeauth.New(kubeauth.Config{API: &kubeapi.Client{}}) // with --secure-metrics-addr
 	must(t, err)
 	m.addAuth(authz)

@@ -27,6 +27,9 @@ type metrics struct {
 	failed   *prometheus.CounterVec
 	fights   prometheus.Counter
 	fighting prometheus.Gauge
+	// steppedBack counts the repairs given up: routes another program
+	// re-asserts (reconcile.Reconciler.OnStepBack).
+	steppedBack prometheus.Counter
 	mode     *prometheus.GaugeVec
 	ready    prometheus.Gauge
 	lastGood prometheus.Gauge
@@ -70,6 +73,10 @@ func newMetrics(w *netwatch.Watcher, cfg mtupolicy.Config, requests func() map[s
 			Name: "marksplit_fight_in_progress",
 			Help: "Fights going on now: one per program undoing what the agent made; 0 when there is none.",
 		}),
+		steppedBack: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "marksplit_repairs_stepped_back_total",
+			Help: "Main-table routes the agent stopped repairing because another program kept re-asserting their MTU (a route reconciler such as Cilium's); the log's fight: ... stepping back line names each route and program.",
+		}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "marksplit_ready",
 			Help: "1 when the last pass converged (what /readyz answers 200 for), else 0.",
@@ -99,7 +106,7 @@ func newMetrics(w *netwatch.Watcher, cfg mtupolicy.Config, requests func() map[s
 		m.passes.WithLabelValues(r)
 	}
 	m.setMode(mtupolicy.ModeUnknown)
-	m.reg.MustRegister(m.passes, m.took, m.changes, m.failed, m.fights, m.fighting, m.mode, m.ready, m.lastGood, m.listenFailed,
+	m.reg.MustRegister(m.passes, m.took, m.changes, m.failed, m.fights, m.fighting, m.steppedBack, m.mode, m.ready, m.lastGood, m.listenFailed,
 		&scrapeCollector{w: w, cfg: cfg, requests: requests, snmp: snmp, m: m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -312,4 +319,11 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 // handler serves the registry.
 func (m *metrics) handler(log *slog.Logger) http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)})
+}
+
+// stepBack counts a repair given up.
+func (m *metrics) stepBack() {
+	if m != nil {
+		m.steppedBack.Inc()
+	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 )
@@ -119,7 +120,7 @@ func (l *loop) observe(v netwatch.View, now time.Time) {
 			// Our own change, seen again.
 		case or.Kind == netwatch.OriginProgram:
 			if o.made && !e.Created {
-				l.undo(o, or, now)
+				l.undo(id, o, or, now)
 			}
 			o.made = false
 		default:
@@ -212,8 +213,8 @@ func (l *loop) made(op netwatch.Op, now time.Time) {
 	}
 }
 
-// undo counts an undo of o by another program.
-func (l *loop) undo(o *object, by netwatch.Origin, now time.Time) {
+// undo counts an undo of o, the object id, by another program.
+func (l *loop) undo(id objectID, o *object, by netwatch.Origin, now time.Time) {
 	if o.undos > 0 && now.Sub(o.last) > fightGap {
 		o.undos, o.maxGap = 0, 0
 	}
@@ -225,6 +226,10 @@ func (l *loop) undo(o *object, by netwatch.Origin, now time.Time) {
 	o.undos++
 	o.last, o.by = now, by
 	if o.fighting || o.undos < fightUndos {
+		return
+	}
+	if id.route.Table == netwatch.TableMain { // a repair: never fought over
+		l.stepBack(id, o, by, now)
 		return
 	}
 	o.fighting = true
@@ -335,4 +340,30 @@ func roundDuration(d time.Duration) time.Duration {
 		return d.Round(time.Millisecond)
 	}
 	return d.Round(100 * time.Millisecond)
+}
+
+// stepBack stops repairing the main-table route id, which by keeps undoing:
+// one warning, one OnStepBack, and no repair of it again.
+func (l *loop) stepBack(id objectID, o *object, by netwatch.Origin, now time.Time) {
+	if l.steppedBack[id.route] {
+		return
+	}
+	l.steppedBack[id.route] = true
+	l.log.Warn(fmt.Sprintf("fight: %s undone %d times in %s by %s: it re-asserts its value; stepping back: this route is not repaired again",
+		o.text, o.undos, roundDuration(now.Sub(o.first)), by),
+		"object", o.name, "by", by.String(), "undos", o.undos)
+	if l.r.OnStepBack != nil {
+		l.r.OnStepBack(Fight{Object: o.name, Line: o.text, By: by, Undos: o.undos, Since: now.Sub(o.first), Objects: 1})
+	}
+}
+
+// withoutSteppedBack drops from ops the repairs of the routes the loop
+// stepped back from.
+func (l *loop) withoutSteppedBack(ops []netwatch.Op) []netwatch.Op {
+	if len(l.steppedBack) == 0 {
+		return ops
+	}
+	return slices.DeleteFunc(ops, func(op netwatch.Op) bool {
+		return op.Repair && l.steppedBack[op.Route.Key()]
+	})
 }

@@ -51,6 +51,18 @@ import (
 // RepairInterval: a fight never becomes a hot loop, and a repair waits at
 // most RepairInterval.
 //
+// A repair (Desired.Repairs: a main-table route the policy does not own) is
+// never fought over: another program that undoes it three times in a row,
+// each within a minute of the last, re-asserts its own value (a route
+// reconciler, such as Cilium's, which re-asserts its routes' MTUs about
+// every second). The Reconciler steps back, once: one warning names the
+// route, the program and the count,
+//
+//	fight: dhcp route 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 undone 3 times in 1s by ip[31968]: it re-asserts its value; stepping back: this route is not repaired again
+//
+// OnStepBack is told, and that route is left out of every later pass's
+// repairs for as long as the Reconciler runs.
+//
 // It is the loop a small program around a policy needs:
 //
 //	go w.Run(ctx)
@@ -90,6 +102,9 @@ type Reconciler struct {
 	OnPass func(Pass)
 	// OnFight, when set, is called when a fight starts and when it ends.
 	OnFight func(Fight)
+	// OnStepBack, when set, is called once per repaired route another
+	// program keeps undoing, when the Reconciler stops repairing it.
+	OnStepBack func(Fight)
 
 	// Coalesce bounds the passes a burst of changes costs: the first
 	// change after a quiet spell is acted on at once; within Coalesce of
@@ -285,6 +300,9 @@ type loop struct {
 	lastErr  string              // of the last failed pass, logged once
 	fights   int                 // objects in a fight now
 	episodes map[string]*episode // fights now, by program
+	// steppedBack are the main-table routes no longer repaired: another
+	// program re-asserts them (fight_linux.go).
+	steppedBack map[netwatch.RouteKey]bool
 	fightEnd time.Time           // when the next fight ends if nothing happens
 	gcAt     time.Time           // when to forget old objects next
 	said     map[string]bool     // the policy's notes logged, while they hold
@@ -294,7 +312,7 @@ func (r *Reconciler) newLoop() (*loop, error) {
 	if r.Watcher == nil || r.Applier == nil || r.Policy == nil {
 		return nil, errIncomplete
 	}
-	l := &loop{r: r, log: r.Logger, describe: r.Describe, objs: make(map[objectID]*object), plain: make(map[uint64]plainObject), seed: maphash.MakeSeed(), episodes: make(map[string]*episode), port: r.Applier.Port()}
+	l := &loop{r: r, log: r.Logger, describe: r.Describe, objs: make(map[objectID]*object), plain: make(map[uint64]plainObject), seed: maphash.MakeSeed(), episodes: make(map[string]*episode), steppedBack: make(map[netwatch.RouteKey]bool), port: r.Applier.Port()}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -585,7 +603,7 @@ func (l *loop) nextChunk(pl *passPlan, now time.Time) {
 // chunk plans the next chunk from v and describes its operations while it
 // holds the view: their lines name links as that view has them.
 func (l *loop) chunk(v netwatch.View, pl *passPlan) {
-	pl.ops = pl.planner.next(v, chunkOps)
+	pl.ops = l.withoutSteppedBack(pl.planner.next(v, chunkOps))
 	pl.lines = make([]string, len(pl.ops))
 	pl.texts = make([]string, len(pl.ops))
 	for i, op := range pl.ops {
