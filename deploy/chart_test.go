@@ -831,6 +831,26 @@ resources: {limits: {memory: 256Mi}}
 				}
 			}
 		}},
+		{"Cilium elsewhere", "cilium: {namespace: cilium, configMapName: cilium-config-2}\n", func(t *testing.T, ds *appsv1.DaemonSet, objs []object) {
+			a := args(t, ds)
+			if !slices.Equal(a["cilium-namespace"], []string{"cilium"}) || !slices.Equal(a["cilium-configmap"], []string{"cilium-config-2"}) {
+				t.Errorf("--cilium-namespace %q, --cilium-configmap %q; want cilium, cilium-config-2", a["cilium-namespace"], a["cilium-configmap"])
+			}
+			role := chartObject[rbacv1.Role](t, objs, "Role", "cilium", ciliumConfigRole)
+			if role == nil || len(role.Rules) != 1 || !slices.Equal(role.Rules[0].ResourceNames, []string{"cilium-config-2"}) {
+				t.Errorf("Role cilium/%s = %+v, want it to read the ConfigMap cilium-config-2 alone", ciliumConfigRole, role)
+			}
+			if chartObject[object](t, objs, "RoleBinding", "cilium", ciliumConfigRole) == nil {
+				t.Errorf("no RoleBinding cilium/%s", ciliumConfigRole)
+			}
+		}},
+		{"encryption on reads no cilium-config", "encryption: 'on'\n", func(t *testing.T, _ *appsv1.DaemonSet, objs []object) {
+			for _, kind := range []string{"Role", "RoleBinding"} {
+				if o := chartObject[object](t, objs, kind, namespace, ciliumConfigRole); o != nil {
+					t.Errorf("%s %s/%s rendered with encryption on", kind, namespace, ciliumConfigRole)
+				}
+			}
+		}},
 		{"pod monitor", "monitoring:\n  enabled: true\n  podMonitorLabels: {release: prometheus}\n  tlsConfig: {serverName: marksplit.kube-system, ca: {secret: {name: marksplit-metrics-ca, key: ca.crt}}}\n", func(t *testing.T, _ *appsv1.DaemonSet, objs []object) {
 			pm := chartObject[monv1.PodMonitor](t, objs, "PodMonitor", namespace, name)
 			if pm == nil {
