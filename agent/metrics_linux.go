@@ -30,9 +30,9 @@ type metrics struct {
 	// steppedBack counts the repairs given up: routes another program
 	// re-asserts (reconcile.Reconciler.OnStepBack).
 	steppedBack prometheus.Counter
-	mode     *prometheus.GaugeVec
-	ready    prometheus.Gauge
-	lastGood prometheus.Gauge
+	mode        *prometheus.GaugeVec
+	ready       prometheus.Gauge
+	lastGood    prometheus.Gauge
 	// listenFailed counts the failed tries to listen, by listener
 	// (listenRetry).
 	listenFailed *prometheus.CounterVec
