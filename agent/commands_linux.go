@@ -203,8 +203,15 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	met.addNodeEncryption(l, srcs.nodeEnc)
 
 	metricsAt := "off"
+	var ln net.Listener
 	if o.metricsAddr != "" {
+		// A port taken now is tried again, and warned about, by listenRetry
+		// below: the agent runs without it meanwhile.
+		ln, _ = net.Listen("tcp", o.metricsAddr)
 		metricsAt = o.metricsAddr
+		if ln != nil {
+			metricsAt = ln.Addr().String()
+		}
 	}
 	log.Info("marksplit "+version+" running", "tunnel_link", o.policy.TunnelLink,
 		"table", uint32(o.policy.Table), "priority", o.policy.Priority, "encryption", o.encryption, "metrics_addr", metricsAt,
@@ -256,7 +263,10 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	if o.metricsAddr != "" {
 		g.Go(func() {
-			if ln := listenRetry(ctx, "metrics-addr", o.metricsAddr, met.listenFailed.WithLabelValues("metrics"), log); ln != nil {
+			if ln == nil {
+				ln = listenRetry(ctx, "metrics-addr", o.metricsAddr, met.listenFailed.WithLabelValues("metrics"), log)
+			}
+			if ln != nil {
 				metricsserver.Serve(ctx, ln, metricsserver.DefaultLimits(), metricsserver.Probes(met.handler(log), healthy, ready), nil, log)
 			}
 		})
