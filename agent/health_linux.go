@@ -63,7 +63,9 @@ func listenHealth(path string) (*net.UnixListener, error) {
 	switch {
 	case !fi.IsDir():
 		return nil, fmt.Errorf("--health-socket %s: %s is not a directory (%v)", path, dir, fi.Mode().Type())
-	case st == nil || int(st.Uid) != os.Geteuid():
+	case st == nil:
+		return nil, fmt.Errorf("--health-socket %s: %s: no owner to check", path, dir)
+	case int(st.Uid) != os.Geteuid():
 		return nil, fmt.Errorf("--health-socket %s: %s is not the agent's own (uid %d): its owner could replace the socket", path, dir, st.Uid)
 	case fi.Mode().Perm()&0o022 != 0:
 		if err := os.Chmod(dir, fi.Mode().Perm()&^0o022); err != nil {
