@@ -1,0 +1,90 @@
+//go:build linux
+
+package pathprobe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Serve listens on UDP port Port (both families where IPv6 is enabled), in
+// the network namespace of the calling thread, and answers probes until
+// ctx ends; then it returns nil.
+func (r *Responder) Serve(ctx context.Context) error {
+	r.init()
+	c, err := net.ListenUDP("udp", &net.UDPAddr{Port: int(r.Port)})
+	if err != nil {
+		return fmt.Errorf("pathprobe: responder: %w", err)
+	}
+	return r.ServeConn(ctx, c)
+}
+
+// ServeConn answers probes that arrive on c until ctx ends (then it closes
+// c and returns nil) or c fails. c is a UDP socket the caller opened (in
+// another network namespace, say).
+func (r *Responder) ServeConn(ctx context.Context, c *net.UDPConn) error {
+	r.init()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	defer c.Close()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("pathprobe: responder: %w", err)
+	}
+	var (
+		buf  [64]byte
+		out  [headerLen]byte
+		n    int
+		from unix.Sockaddr
+		rerr error
+	)
+	recv := func(fd uintptr) bool {
+		// MSG_TRUNC: n is the datagram's size, however little of it fits.
+		n, from, rerr = unix.Recvfrom(int(fd), buf[:], unix.MSG_TRUNC)
+		return rerr != unix.EAGAIN
+	}
+	for {
+		err := rc.Read(recv)
+		if err == nil {
+			err = rerr
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("pathprobe: responder: %w", err)
+			}
+			continue // a queued ICMP error, ENOMEM: the next datagram
+		}
+		src, port := sockaddrAddr(from)
+		if !src.IsValid() {
+			continue
+		}
+		if !r.answer(time.Now(), src, buf[:min(n, len(buf))], n, &out) {
+			continue
+		}
+		if _, err := c.WriteToUDPAddrPort(out[:], netip.AddrPortFrom(src, port)); err != nil {
+			r.sendErrors.Add(1)
+		} else {
+			r.answered.Add(1)
+		}
+	}
+}
+
+// sockaddrAddr returns sa's address (unmapped) and port.
+func sockaddrAddr(sa unix.Sockaddr) (netip.Addr, uint16) {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrFrom4(sa.Addr), uint16(sa.Port)
+	case *unix.SockaddrInet6:
+		return netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port)
+	}
+	return netip.Addr{}, 0
+}
