@@ -811,6 +811,13 @@ printf 'components:\n  - monitoring\n  - node-condition\n' >> deploy/kustomizati
 	if err := n.splitOff(); err != nil {
 		t.Errorf("after the uninstall, worker-1: %v", err)
 	}
+	// Step 4 removed the Node condition the agent had set: no agent is
+	// left to keep it, and a NodeReadinessRule would read it.
+	if b, err := c.admin.must(ctx, http.StatusOK, "GET", "/api/v1/nodes/"+standInNode, nil); err != nil {
+		t.Errorf("after the uninstall: %v", err)
+	} else if strings.Contains(string(b), `"type":"MarkSplitReady"`) {
+		t.Errorf("after the uninstall, Node %s still has the condition MarkSplitReady", standInNode)
+	}
 	// The Helm walk.
 	for _, b := range deferred {
 		runBlock(b)
