@@ -50,6 +50,10 @@ type Config struct {
 	// the caller passes to DesiredPeers, instead of main-table routes:
 	// neither Prefixes nor UnderlayLink may be set with it (peers.go).
 	Peers bool
+	// Mesh selects each peer's allowed IPs of a WireGuard device (the
+	// tunnel link), which the caller passes to DesiredMesh: neither Peers,
+	// Prefixes nor UnderlayLink may be set with it (mesh.go).
+	Mesh bool
 	// Repair takes the explicit MTU off a selected main-table route whose
 	// MTU equals the tunnel MTU (lowered by the old approach), so that it
 	// follows its link's MTU again.
@@ -106,9 +110,11 @@ func (c Config) validate() error {
 		}
 	}
 	switch {
+	case c.Mesh && (c.Peers || len(c.Prefixes) > 0 || c.UnderlayLink != ""):
+		return errors.New("the WireGuard device's peers select the table's routes themselves: no peers, prefixes or underlay link with them")
 	case c.Peers && (len(c.Prefixes) > 0 || c.UnderlayLink != ""):
 		return errors.New("peers select the table's routes themselves: no prefixes or underlay link with them")
-	case !c.Peers && len(c.Prefixes) == 0 && c.UnderlayLink == "":
+	case !c.Peers && !c.Mesh && len(c.Prefixes) == 0 && c.UnderlayLink == "":
 		return errors.New("nothing selected: give at least one prefix or an underlay link, or the peers")
 	}
 	for _, p := range c.Prefixes {

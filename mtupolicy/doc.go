@@ -34,6 +34,14 @@
 // without a lock, so that ICMP can still lower it (PeerMTU). A value below
 // the family's minimum is not installed; a note names the peer.
 //
+// # A WireGuard mesh
+//
+// With Config.Mesh the table holds each peer's allowed IPs of a WireGuard
+// device (the tunnel link) that the main table already sends through it,
+// at that peer's inner MTU; the caller reads the device and passes its
+// peers and fwmark to DesiredMesh. The rule excludes the device's own
+// fwmark, so its encrypted packets never take the table (mesh.go).
+//
 // # Ownership
 //
 // The policy owns its table and its rule priority in both families: Plan

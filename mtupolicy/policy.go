@@ -90,9 +90,10 @@ func (m Mode) String() string {
 // table route covers them, a throw route sends their packets there.
 //
 // With cfg.Peers, Desired knows no peers: only ModeOff (the owned scope, to
-// empty it, as cleanup does) is ok; DesiredPeers is the policy then.
+// empty it, as cleanup does) is ok; DesiredPeers is the policy then. So
+// with cfg.Mesh and DesiredMesh.
 func Desired(v netwatch.View, cfg Config, mode Mode) (d reconcile.Desired, ok bool) {
-	if cfg.Peers && mode != ModeOff {
+	if (cfg.Peers || cfg.Mesh) && mode != ModeOff {
 		return reconcile.Desired{}, false
 	}
 	return cfg.desired(v, mode, cfg.family)
