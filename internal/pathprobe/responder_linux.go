@@ -37,16 +37,26 @@ func (r *Responder) ServeConn(ctx context.Context, c *net.UDPConn) error {
 	if err != nil {
 		return fmt.Errorf("pathprobe: responder: %w", err)
 	}
+	// Answer from the address a probe was sent to, whatever the route back
+	// chooses (IP_PKTINFO): the prober matches answers by that address.
+	if err := rc.Control(func(fd uintptr) {
+		unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_PKTINFO, 1)
+		unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1)
+	}); err != nil {
+		return fmt.Errorf("pathprobe: responder: %w", err)
+	}
 	var (
 		buf  [64]byte
+		oob  [128]byte
 		out  [headerLen]byte
 		n    int
+		oobn int
 		from unix.Sockaddr
 		rerr error
 	)
 	recv := func(fd uintptr) bool {
 		// MSG_TRUNC: n is the datagram's size, however little of it fits.
-		n, from, rerr = unix.Recvfrom(int(fd), buf[:], unix.MSG_TRUNC)
+		n, oobn, _, from, rerr = unix.Recvmsg(int(fd), buf[:], oob[:], unix.MSG_TRUNC)
 		return rerr != unix.EAGAIN
 	}
 	for {
@@ -70,7 +80,7 @@ func (r *Responder) ServeConn(ctx context.Context, c *net.UDPConn) error {
 		if !r.answer(time.Now(), src, buf[:min(n, len(buf))], n, &out) {
 			continue
 		}
-		if _, err := c.WriteToUDPAddrPort(out[:], netip.AddrPortFrom(src, port)); err != nil {
+		if _, _, err := c.WriteMsgUDPAddrPort(out[:], replyInfo(oob[:oobn]), netip.AddrPortFrom(src, port)); err != nil {
 			r.sendErrors.Add(1)
 		} else {
 			r.answered.Add(1)
@@ -87,4 +97,26 @@ func sockaddrAddr(sa unix.Sockaddr) (netip.Addr, uint16) {
 		return netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port)
 	}
 	return netip.Addr{}, 0
+}
+
+// replyInfo is the control message that sends an answer from the address
+// the probe was sent to, from the probe's control messages (nil: none).
+func replyInfo(oob []byte) []byte {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	for _, m := range msgs {
+		switch {
+		case m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_PKTINFO && len(m.Data) >= unix.SizeofInet4Pktinfo:
+			var info unix.Inet4Pktinfo
+			copy(info.Spec_dst[:], m.Data[8:12]) // ipi_addr: the header's destination
+			return unix.PktInfo4(&info)
+		case m.Header.Level == unix.IPPROTO_IPV6 && m.Header.Type == unix.IPV6_PKTINFO && len(m.Data) >= unix.SizeofInet6Pktinfo:
+			var info unix.Inet6Pktinfo
+			copy(info.Addr[:], m.Data[:16])
+			return unix.PktInfo6(&info)
+		}
+	}
+	return nil
 }

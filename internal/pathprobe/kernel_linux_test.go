@@ -1,0 +1,350 @@
+//go:build linux
+
+package pathprobe
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/marksplit/marksplit/internal/kerneltest"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
+)
+
+// world is node – router – peer, in three namespaces: the node at
+// 10.1.0.1 (n0) behind the router (r0 10.1.0.2, r1 10.2.0.2), the peer at
+// 10.2.0.1 (p0). Every link starts at MTU 1500.
+type world struct {
+	node, router, peer *netwatchtest.NetNS
+}
+
+var worldPeer = netip.MustParseAddr("10.2.0.1")
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := &world{node: kerneltest.NewNetNS(t), router: kerneltest.NewNetNS(t), peer: kerneltest.NewNetNS(t)}
+	w.node.AddVeth(t, "n0", w.router, "r0")
+	w.router.AddVeth(t, "r1", w.peer, "p0")
+	for _, ns := range []*netwatchtest.NetNS{w.node, w.router, w.peer} {
+		ns.LoUp(t)
+		sysctl(t, ns, "net/ipv4/ip_forward", "1")
+	}
+	w.node.IP(t, "addr", "add", "10.1.0.1/24", "dev", "n0")
+	w.node.IP(t, "link", "set", "n0", "up")
+	w.node.IP(t, "route", "add", "default", "via", "10.1.0.2")
+	w.router.IP(t, "addr", "add", "10.1.0.2/24", "dev", "r0")
+	w.router.IP(t, "addr", "add", "10.2.0.2/24", "dev", "r1")
+	w.router.IP(t, "link", "set", "r0", "up")
+	w.router.IP(t, "link", "set", "r1", "up")
+	w.peer.IP(t, "addr", "add", "10.2.0.1/24", "dev", "p0")
+	w.peer.IP(t, "link", "set", "p0", "up")
+	w.peer.IP(t, "route", "add", "default", "via", "10.2.0.2")
+	return w
+}
+
+// sysctl writes value to /proc/sys/key inside ns.
+func sysctl(t *testing.T, ns *netwatchtest.NetNS, key, value string) {
+	t.Helper()
+	err := ns.Do(func() error {
+		return writeFile("/proc/sys/"+key, value)
+	})
+	if err != nil {
+		t.Fatalf("sysctl %s=%s: %v", key, value, err)
+	}
+}
+
+func writeFile(path, value string) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	_, err = unix.Write(fd, []byte(value))
+	return err
+}
+
+// listen opens a UDP socket on port in ns.
+func listen(t *testing.T, ns *netwatchtest.NetNS, port int) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	err := ns.Do(func() (err error) {
+		c, err = net.ListenUDP("udp4", &net.UDPAddr{Port: port})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// serve runs a Responder in the peer namespace that accepts allow.
+func (w *world) serve(t *testing.T, allow func(netip.Addr) bool) *Responder {
+	t.Helper()
+	c := listen(t, w.peer, DefaultPort)
+	r := &Responder{Allow: allow}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.ServeConn(ctx, c) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("responder: %v", err)
+		}
+	})
+	return r
+}
+
+func (w *world) prober(t *testing.T, cfg Config) *Prober {
+	t.Helper()
+	var p *Prober
+	err := w.node.Do(func() (err error) {
+		p, err = NewProber(cfg)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// passes measures independently the largest IP packet from the node to the
+// peer, between lo and hi, that arrives: DF datagrams of exact sizes, each
+// followed by a small marker on the same flow, to a sink on the peer; a
+// size that has not arrived when its marker does is lost.
+func (w *world) passes(t *testing.T, srcPort, lo, hi int) int {
+	t.Helper()
+	sink := listen(t, w.peer, 9999)
+	var src *net.UDPConn
+	err := w.node.Do(func() error {
+		var lc net.ListenConfig
+		lc.Control = func(_, _ string, rc syscallRawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) {
+				serr = setProbeOptions(int(fd), unix.AF_INET, 0xe00)
+			})
+			if err != nil {
+				return err
+			}
+			return serr
+		}
+		pc, err := lc.ListenPacket(context.Background(), "udp4", net.JoinHostPort("0.0.0.0", itoa(srcPort)))
+		if err != nil {
+			return err
+		}
+		src = pc.(*net.UDPConn)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	sizes := make(chan int, 16)
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, err := sink.Read(buf)
+			if err != nil {
+				close(sizes)
+				return
+			}
+			sizes <- n + 28
+		}
+	}()
+	dst := netip.AddrPortFrom(worldPeer, 9999)
+	arrives := func(size int) bool {
+		if _, err := src.WriteToUDPAddrPort(make([]byte, size-28), dst); err != nil && !lost(err) {
+			t.Fatal(err)
+		}
+		if _, err := src.WriteToUDPAddrPort([]byte{1}, dst); err != nil {
+			t.Fatal(err)
+		}
+		got := false
+		for {
+			select {
+			case n, ok := <-sizes:
+				if !ok {
+					t.Fatal("sink closed")
+				}
+				if n == 29 {
+					return got
+				}
+				got = got || n == size
+			case <-time.After(5 * time.Minute):
+				t.Fatal("the marker never arrived")
+			}
+		}
+	}
+	if !arrives(lo) {
+		t.Fatalf("oracle: %d bytes do not pass", lo)
+	}
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if arrives(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	sink.Close()
+	return lo
+}
+
+// checkFound asserts that found is what the path passes at the search's
+// resolution: it passes, and it gives the inner MTU the true size gives.
+func checkFound(t *testing.T, res Result, truth int) {
+	t.Helper()
+	if res.Unreachable || res.PathMTU == 0 {
+		t.Fatalf("got %+v, want the path's size (%d passes)", res, truth)
+	}
+	if res.PathMTU > truth || floor16(res.PathMTU-60) != floor16(truth-60) {
+		t.Errorf("found %d (inner %d); %d passes (inner %d)", res.PathMTU, floor16(res.PathMTU-60), truth, floor16(truth-60))
+	}
+}
+
+const worldMax = 1500
+
+func TestKernelSearch(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, w *world)
+	}{
+		{"full path", func(t *testing.T, w *world) {
+			// The split table sends unmarked packets at 1300: marked probes
+			// must not see it.
+			w.node.IP(t, "route", "add", "10.2.0.0/24", "via", "10.1.0.2", "mtu", "1300", "table", "900")
+			w.node.IP(t, "rule", "add", "not", "fwmark", "0xe00/0xf00", "lookup", "900", "pref", "900")
+		}},
+		{"silent black hole", func(t *testing.T, w *world) {
+			w.peer.IP(t, "link", "set", "p0", "mtu", "1300")
+		}},
+		{"a hop that sends ICMP", func(t *testing.T, w *world) {
+			w.router.IP(t, "link", "set", "r1", "mtu", "1300")
+			w.peer.IP(t, "link", "set", "p0", "mtu", "1300")
+		}},
+		{"ICMP rate-limited in the router", func(t *testing.T, w *world) {
+			sysctl(t, w.router, "net/ipv4/icmp_msgs_per_sec", "1")
+			sysctl(t, w.router, "net/ipv4/icmp_msgs_burst", "1")
+			sysctl(t, w.router, "net/ipv4/icmp_ratelimit", "100000")
+			w.router.IP(t, "link", "set", "r1", "mtu", "1340")
+			w.peer.IP(t, "link", "set", "p0", "mtu", "1340")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			tc.setup(t, w)
+			w.serve(t, func(a netip.Addr) bool { return a == netip.MustParseAddr("10.1.0.1") })
+			p := w.prober(t, Config{Mark: 0xe00})
+			res, err := p.Search(t.Context(), worldPeer, worldMax)
+			if err != nil {
+				t.Fatal(err)
+			}
+			truth := w.passes(t, 40000, 1200, worldMax)
+			t.Logf("found %+v; %d passes", res, truth)
+			checkFound(t, res, truth)
+			if res.Via != ViaResponder {
+				t.Errorf("via %q", res.Via)
+			}
+		})
+	}
+}
+
+// TestKernelAsymmetricReturn: the peer answers through another, smaller
+// path (a black hole at 1300), from another address but for IP_PKTINFO;
+// the short answers cross it, so the forward path's size is found.
+func TestKernelAsymmetricReturn(t *testing.T) {
+	w := newWorld(t)
+	w.peer.AddVeth(t, "p1", w.router, "r2")
+	w.router.IP(t, "addr", "add", "10.3.0.2/24", "dev", "r2")
+	w.router.IP(t, "link", "set", "r2", "mtu", "1300", "up")
+	w.peer.IP(t, "addr", "add", "10.3.0.1/24", "dev", "p1")
+	w.peer.IP(t, "link", "set", "p1", "up")
+	w.peer.IP(t, "route", "add", "10.1.0.0/24", "via", "10.3.0.2", "dev", "p1")
+	for _, ifc := range []string{"all", "r0", "r1", "r2"} {
+		sysctl(t, w.router, "net/ipv4/conf/"+ifc+"/rp_filter", "0")
+	}
+	// The answers really take the small path: none leave through p0.
+	before := txPackets(t, w.peer, "p0")
+	w.serve(t, func(netip.Addr) bool { return true })
+	p := w.prober(t, Config{Mark: 0xe00})
+	res, err := p.Search(t.Context(), worldPeer, worldMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	truth := w.passes(t, 40000, 1200, worldMax)
+	t.Logf("found %+v; %d passes forward", res, truth)
+	checkFound(t, res, truth)
+	if after := txPackets(t, w.peer, "p0"); after-before > 4 {
+		t.Errorf("p0 sent %d packets: the answers did not take the return path", after-before)
+	}
+}
+
+// txPackets is the packets link dev in ns has sent.
+func txPackets(t *testing.T, ns *netwatchtest.NetNS, dev string) int {
+	t.Helper()
+	var links []struct {
+		Stats struct {
+			TX struct {
+				Packets int `json:"packets"`
+			} `json:"tx"`
+		} `json:"stats64"`
+	}
+	ns.IPJSON(t, &links, "-s", "link", "show", "dev", dev)
+	if len(links) != 1 {
+		t.Fatalf("ip -s link show dev %s: %d links", dev, len(links))
+	}
+	return links[0].Stats.TX.Packets
+}
+
+// TestKernelUnreachable: a peer without a responder, and one whose
+// responder refuses the node, are unreachable (the caller changes nothing);
+// with ICMPEcho the first is found through ping.
+func TestKernelUnreachable(t *testing.T) {
+	t.Run("no responder", func(t *testing.T) {
+		w := newWorld(t)
+		p := w.prober(t, Config{Mark: 0xe00, Timeout: 200 * time.Millisecond})
+		res, err := p.Search(t.Context(), worldPeer, worldMax)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Unreachable || res.PathMTU != 0 || res.Probes == 0 {
+			t.Errorf("got %+v, want unreachable", res)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		w := newWorld(t)
+		r := w.serve(t, func(a netip.Addr) bool { return a == netip.MustParseAddr("10.9.9.9") })
+		p := w.prober(t, Config{Mark: 0xe00, Timeout: 200 * time.Millisecond})
+		res, err := p.Search(t.Context(), worldPeer, worldMax)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Unreachable || res.PathMTU != 0 {
+			t.Errorf("got %+v, want unreachable", res)
+		}
+		if s := r.Stats(); s.Refused != uint64(res.Probes) || s.Answered != 0 {
+			t.Errorf("responder %+v after %d probes, want all refused", s, res.Probes)
+		}
+	})
+	t.Run("ICMP echo", func(t *testing.T) {
+		w := newWorld(t)
+		sysctl(t, w.node, "net/ipv4/ping_group_range", "0 0")
+		w.peer.IP(t, "link", "set", "p0", "mtu", "1300")
+		p := w.prober(t, Config{Mark: 0xe00, ICMPEcho: true, Timeout: 200 * time.Millisecond})
+		res, err := p.Search(t.Context(), worldPeer, worldMax)
+		if err != nil {
+			t.Fatal(err)
+		}
+		truth := w.passes(t, 40000, 1200, worldMax)
+		t.Logf("found %+v; %d passes", res, truth)
+		checkFound(t, res, truth)
+		if res.Via != ViaICMPEcho {
+			t.Errorf("via %q, want %q", res.Via, ViaICMPEcho)
+		}
+	})
+}
