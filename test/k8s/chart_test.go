@@ -172,3 +172,67 @@ helm test marksplit -n kube-system`)
 		t.Errorf("the switch did not remove the split: %v", err)
 	}
 }
+
+// TestKernelK8sHelmTakeOver: docs/operations.md's ways into Helm, each
+// followed by the doc's upgrades, with real kubectl and helm against the
+// API server. Taken over from `kubectl apply -k deploy/`, an upgrade that
+// changes a field kubectl applied conflicts with kubectl's field manager
+// (Helm 4 applies server-side), and succeeds with --force-conflicts, as the
+// doc says; a fresh Helm install upgrades without it. No kubelet is needed:
+// the test reads the DaemonSet the API server holds.
+func TestKernelK8sHelmTakeOver(t *testing.T) {
+	c := need(t)
+	helm, err := helmBin()
+	if err != nil {
+		t.Fatalf("helm: %v", err)
+	}
+	ctx := ctxFor(t, 5*time.Minute)
+	for _, o := range c.rbac {
+		c.admin.delete(ctx, o)
+	}
+	t.Cleanup(func() { c.restoreManifests(t) })
+	e := c.newDocEnv(t, c.newNode(t), helm)
+	t.Cleanup(func() {
+		e.run(t, "", "helm uninstall marksplit -n kube-system --wait; kubectl delete -k deploy/ --ignore-not-found")
+	})
+	args := func() string {
+		t.Helper()
+		_, b, err := c.admin.do(ctx, "GET", dsPath, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	step := func(script string, wantOK bool, want ...string) {
+		t.Helper()
+		out, code := e.run(t, "", script)
+		t.Logf("%s: exit %d\n%s", script, code, out)
+		if (code == 0) != wantOK {
+			t.Fatalf("%s: exit %d, want success %v", script, code, wantOK)
+		}
+		ds := args()
+		for _, w := range want {
+			if !strings.Contains(ds, w) {
+				t.Errorf("after %s: the DaemonSet lacks %q", script, w)
+			}
+		}
+	}
+	const upgrade = "helm upgrade marksplit charts/marksplit -n kube-system --reset-then-reuse-values"
+
+	// Taken over from kustomize.
+	step("kubectl apply -k deploy/", true)
+	step("helm install marksplit charts/marksplit -n kube-system --take-ownership", true)
+	out, code := e.run(t, "", upgrade+" --set updateStrategy.maxUnavailable=1")
+	if code == 0 || !strings.Contains(out, "kubectl-client-side-apply") {
+		t.Errorf("after a take-over, an upgrade of the pace without --force-conflicts: exit %d, want the conflict the doc names:\n%s", code, out)
+	}
+	step(upgrade+" --force-conflicts --set updateStrategy.maxUnavailable=1", true, `"maxUnavailable":1`)
+	step(upgrade+" --force-conflicts --set table=901 --set priority=901", true, `--table=901`, `--priority=901`)
+	step(upgrade+" --force-conflicts", true, `--table=901`)
+
+	// Installed fresh by Helm: the same upgrades need nothing more.
+	step("helm uninstall marksplit -n kube-system --wait", true)
+	step("helm install marksplit charts/marksplit -n kube-system", true)
+	step(upgrade+" --set updateStrategy.maxUnavailable=1", true, `"maxUnavailable":1`)
+	step(upgrade+" --set table=901 --set priority=901", true, `--table=901`, `--priority=901`)
+}
