@@ -17,6 +17,7 @@ import (
 	"github.com/marksplit/marksplit/internal/ciliumnode"
 	"github.com/marksplit/marksplit/internal/lock"
 	"github.com/marksplit/marksplit/internal/metricsserver"
+	"github.com/marksplit/marksplit/internal/pathmtu"
 	"github.com/marksplit/marksplit/internal/textsafe"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
@@ -180,7 +181,11 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	w := newWatcher(o, log)
 	met := newMetrics(w, o.policy, srcs.requests, snmpPath)
 	l := newLoop(w, ap, o.policy, false, log, func(line string) { log.Info(line) }, met)
+	l.pmtu = pathmtu.NewStore(o.pathMTU)
 	met.addPeers(l, srcs.peers)
+	if o.policy.Peers {
+		met.addPathMTU(l)
+	}
 	met.addAuth(sec.authz)
 	l.ev = newNodeEvents(o, log)
 	switchWhat := ""
@@ -295,6 +300,7 @@ type oneShot struct {
 func startOneShot(ctx context.Context, o options, ap *netwatch.Applier, emit func(string), log *slog.Logger) (*oneShot, error) {
 	s := &oneShot{w: newWatcher(o, log)}
 	s.l = newLoop(s.w, ap, o.policy, o.cmd == cmdCleanup, log, emit, nil)
+	s.l.pmtu = pathmtu.NewStore(o.pathMTU)
 	srcs, err := newSources(o, log)
 	if err != nil {
 		return nil, err

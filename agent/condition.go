@@ -10,13 +10,14 @@ import (
 // The reasons of the Node condition (--node-condition): True when the split
 // is in place or not needed, False when it may be missing.
 const (
-	condSplitInPlace    = "SplitInPlace"      // True: the rule and the table are as the policy wants
-	condNothingToSplit  = "NothingToSplit"    // True: the node encrypts, but no peer or route to split
-	condNotEncrypting   = "NotEncrypting"     // True: the node does not encrypt; nothing is split
-	condUninstall       = "UninstallSwitch"   // True: the uninstall switch is present; the split is off on purpose
-	condTunnelMissing   = "TunnelLinkMissing" // False: the node encrypts but the tunnel link does not exist
-	condPassFailing     = "PassFailing"       // False: the kernel refused a change; retried
-	condPeersIncomplete = "PeersIncomplete"   // False: some peers are left out of the peer set
+	condSplitInPlace    = "SplitInPlace"        // True: the rule and the table are as the policy wants
+	condNothingToSplit  = "NothingToSplit"      // True: the node encrypts, but no peer or route to split
+	condNotEncrypting   = "NotEncrypting"       // True: the node does not encrypt; nothing is split
+	condUninstall       = "UninstallSwitch"     // True: the uninstall switch is present; the split is off on purpose
+	condTunnelMissing   = "TunnelLinkMissing"   // False: the node encrypts but the tunnel link does not exist
+	condPassFailing     = "PassFailing"         // False: the kernel refused a change; retried
+	condPeersIncomplete = "PeersIncomplete"     // False: some peers are left out of the peer set
+	condPathBelowMin    = "PathMTUBelowMinimum" // False: a peer's path is below its family's minimum MTU
 	// With --encryption=auto, from cilium-config's encrypt-node
 	// (nodeencryption_linux.go): True, the agent stands down; False, not
 	// known.
@@ -44,6 +45,7 @@ type passFacts struct {
 	tunnel             bool           // the tunnel link exists
 	rule               bool           // the kernel has a rule at the priority
 	incomplete         string         // why the peer set is incomplete
+	pathBelow          string         // which peers' paths are below the minimum MTU
 	nodeEnc            nodeEncFacts   // cilium-config's encrypt-node, with --encryption=auto
 	cfg                mtupolicy.Config
 }
@@ -78,6 +80,8 @@ func conditionState(f passFacts) (nodecondition.State, bool) {
 			Message: fmt.Sprintf("the node encrypts but tunnel link %s does not exist: nothing is split", f.cfg.TunnelLink)}, true
 	case f.incomplete != "":
 		return nodecondition.State{Reason: condPeersIncomplete, Message: f.incomplete}, true
+	case f.pathBelow != "":
+		return nodecondition.State{Reason: condPathBelowMin, Message: f.pathBelow}, true
 	case !f.rule:
 		return nodecondition.State{Status: true, Reason: condNothingToSplit,
 			Message: "the node encrypts, and there is nothing to split yet (no encrypting peer)"}, true

@@ -65,7 +65,7 @@ func newNodeCondition(o options, l *loop, switchWhat string, log *slog.Logger) (
 // passFacts reads what the condition needs after pass p, on the
 // Reconciler's goroutine.
 func (l *loop) passFacts(p reconcile.Pass, switchWhat string) passFacts {
-	f := passFacts{planned: p.Planned, converged: l.r.Converged(), err: p.Err, cfg: l.cfg, incomplete: l.peersIncomplete()}
+	f := passFacts{planned: p.Planned, converged: l.r.Converged(), err: p.Err, cfg: l.cfg, incomplete: l.peersIncomplete(), pathBelow: l.belowMinimum()}
 	f.mode, _ = l.effectiveMode()
 	f.nodeEnc = l.nodeEnc()
 	if l.switchedOff() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/marksplit/marksplit/internal/kubewatch"
 	"github.com/marksplit/marksplit/internal/neighbours"
+	"github.com/marksplit/marksplit/internal/pathmtu"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
@@ -74,6 +75,9 @@ type options struct {
 	// for encrypt-node with --encryption=auto (nodeencryption_linux.go).
 	ciliumNamespace, ciliumConfigMap string
 	healthSocket                     string // the probes' unix socket; "" for none (health_linux.go)
+	// pathMTU holds the operator's path MTUs (--path-mtu), by prefix of
+	// the peers' addresses (pathmtu_linux.go).
+	pathMTU pathmtu.DeclaredList
 }
 
 // usageError is a bad command line: the agent prints it in one line and
@@ -154,6 +158,9 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 		return o, usageErrorf("one of --peers=auto, --prefix or --underlay-link is required")
 	case o.policy.Peers && (len(o.policy.Prefixes) > 0 || o.policy.UnderlayLink != ""):
 		return o, usageErrorf("--peers=auto chooses what to split by itself: give it without --prefix and --underlay-link")
+	}
+	if len(o.pathMTU) > 0 && !o.policy.Peers {
+		return o, usageErrorf("--path-mtu sets the MTU of each peer's host route: it needs --peers=auto")
 	}
 	if err := o.policy.Validate(); err != nil {
 		return o, usageErrorf("%s", strings.TrimPrefix(err.Error(), "mtupolicy: "))
@@ -255,6 +262,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.Var(offValue{&o.noEvents}, "events", "record Kubernetes Events on the Node with run (a fight, failing passes, mode changes, the split installed or removed); needs the API from a pod and $NODE_NAME, else there are none; false disables")
 	fs.StringVar(&o.nodeCondition, "node-condition", "", "`type` of a condition run sets on its own Node: True when the split is in place or not needed, False with a reason (e.g. MarkSplitReady); needs the API from a pod and $NODE_NAME; empty disables")
 	fs.StringVar(&o.healthSocket, "health-socket", defaultHealthSocket, "unix `socket` that `marksplit health` (the kubelet's exec probes) asks with run; its directory is made 0700 and must be root's; empty disables")
+	fs.Var(&o.pathMTU, "path-mtu", "`CIDR=BYTES` (repeatable): the path to the peers inside CIDR carries packets of BYTES (the longest prefix wins); their host routes get the inner MTU that leaves for WireGuard, floor16(BYTES-60) on IPv4, floor16(BYTES-80) on IPv6, never above the tunnel's; with --peers=auto")
 	if o.cmd == cmdVerify {
 		fs.Var(addrValue{&o.peer}, "peer", "`address` to ask the kernel about (verify)")
 	}

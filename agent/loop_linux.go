@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/marksplit/marksplit/internal/pathmtu"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
@@ -33,7 +34,10 @@ type loop struct {
 	// peerIndex keeps the peer policy's index of the main table between
 	// passes; only the Reconciler's goroutine uses it.
 	peerIndex mtupolicy.PeerCache
-	met       *metrics
+	// pmtu keeps each peer's path MTU (pathmtu_linux.go): never nil;
+	// runAgent gives it the declared values.
+	pmtu *pathmtu.Store
+	met  *metrics
 	// ev records Events on the Node (events_linux.go); nil for none. Set
 	// before the loop and the sources run.
 	ev *nodeEvents
@@ -50,7 +54,7 @@ type loop struct {
 // owned scope, whatever the mode, so that every owned route and rule goes
 // and nothing else is touched (no repairs either).
 func newLoop(w *netwatch.Watcher, ap *netwatch.Applier, cfg mtupolicy.Config, cleanup bool, log *slog.Logger, emit func(string), met *metrics) *loop {
-	l := &loop{cfg: cfg, met: met, emit: emit, repairs: newRepairLog(emit), log: log}
+	l := &loop{cfg: cfg, met: met, emit: emit, repairs: newRepairLog(emit), log: log, pmtu: pathmtu.NewStore(nil)}
 	policy := l.policy
 	if cleanup {
 		policy = l.cleanup

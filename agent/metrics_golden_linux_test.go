@@ -44,6 +44,7 @@ func TestMetricsGolden(t *testing.T) {
 	m := newMetrics(h.w, peersConfig(), srcs.requests, snmpPath)
 	m.addPeers(h.l, srcs.peers)
 	m.addNodeEncryption(h.l, srcs.nodeEnc)
+	m.addPathMTU(h.l)
 	authz, err := kubeauth.New(kubeauth.Config{API: &kubeapi.Client{}}) // with --secure-metrics-addr
 	must(t, err)
 	m.addAuth(authz)

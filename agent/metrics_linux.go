@@ -36,6 +36,9 @@ type metrics struct {
 	// listenFailed counts the failed tries to listen, by listener
 	// (listenRetry).
 	listenFailed *prometheus.CounterVec
+	// pathChanges counts the peers' path-MTU changes (pathmtu_linux.go);
+	// nil until addPathMTU.
+	pathChanges *prometheus.CounterVec
 
 	modeMu   sync.Mutex // guards curMode and isReadyV, for the scrape
 	curMode  mtupolicy.Mode

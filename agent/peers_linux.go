@@ -80,6 +80,7 @@ func (l *loop) setPeers(next *peerSet) {
 		l.log.Info("the peer set is complete again")
 	}
 	if prev == nil || !slices.Equal(prev.addrs, next.addrs) {
+		l.pathChanged(l.pmtu.SetPeers(next.addrs))
 		l.r.Trigger()
 	}
 }
@@ -106,7 +107,10 @@ func (l *loop) peerPolicy(v netwatch.View, mode mtupolicy.Mode) (reconcile.Desir
 		}
 		return l.peerIndex.DesiredPeers(v, l.cfg, mode, nil, nil)
 	}
-	return l.peerIndex.DesiredPeers(v, l.cfg, mode, ps.addrs, nil)
+	if tun, ok := v.LinkByName(l.cfg.TunnelLink); ok {
+		l.pmtu.SetTunnelMTU(int(tun.MTU))
+	}
+	return l.peerIndex.DesiredPeers(v, l.cfg, mode, ps.addrs, l.pmtu.Inner())
 }
 
 // inClusterConfig is the ciliumnode.Config of the pod's service account:

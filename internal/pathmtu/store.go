@@ -230,6 +230,18 @@ type Peer struct {
 	State State
 }
 
+// Peer returns peer's value and state.
+func (s *Store) Peer(peer netip.Addr) Peer {
+	peer = peer.Unmap()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var v Value
+	if e, ok := s.peers[peer]; ok {
+		v = e.v
+	}
+	return s.peer(peer, v)
+}
+
 // Peers returns every peer's value, in no order.
 func (s *Store) Peers() []Peer {
 	s.mu.Lock()
