@@ -431,12 +431,12 @@ func TestKernelK8sUninstallSwitchUnreadable(t *testing.T) {
 	t.Cleanup(func() { c.restoreManifests(t) })
 	var binding object
 	for _, o := range c.rbac {
-		if o.Kind == "RoleBinding" {
-			binding = o
+		if o.Kind == "RoleBinding" && o.Metadata.Namespace == switchNS && o.Metadata.Name == "marksplit" {
+			binding = o // the switch's; not marksplit-cilium-config's
 		}
 	}
 	if binding.Kind == "" {
-		t.Fatal("deploy/rbac.yaml has no RoleBinding")
+		t.Fatal("deploy/rbac.yaml has no RoleBinding " + switchNS + "/marksplit")
 	}
 	if err := c.admin.delete(ctx, binding); err != nil {
 		t.Fatal(err)
