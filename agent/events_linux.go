@@ -256,7 +256,7 @@ func (e *nodeEvents) removed(mode mtupolicy.Mode, gone bool) {
 	case switchedOff:
 		why = "uninstall switch " + what + " present"
 	case standDown != "":
-		why = standDown
+		return // the stand-down's own Event (NodeEncryptionOff) says it: one Event
 	case mode == mtupolicy.ModeOff:
 		why = "the node does not encrypt"
 	case gone:

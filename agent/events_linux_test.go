@@ -185,3 +185,50 @@ func TestNodeEventsOff(t *testing.T) {
 		t.Errorf("--events: %+v, %v", o, err)
 	}
 }
+
+// Standing down for node encryption is one Event, whose note says why: the split's
+// removal that follows records none of its own; the resumption is one more, and the
+// split installed again another.
+func TestNodeEventsStandDown(t *testing.T) {
+	e, got := capture()
+	why := `encrypt-node is "false" in ConfigMap kube-system/cilium-config: node encryption is off`
+	standing := ""
+	e.standingDown = func() string { return standing }
+	now := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	step := func(before bool, ops int, mode mtupolicy.Mode) {
+		e.haveRule.Store(before)
+		now = now.Add(time.Second)
+		e.pass(reconcile.Pass{Planned: true, Applied: make([]netwatch.Op, ops)}, ops == 0, mode, now)
+	}
+	step(true, 0, mtupolicy.ModeOn) // the split in place
+	standing = why
+	e.standDown(why)
+	step(true, 2, mtupolicy.ModeOff)
+	step(false, 0, mtupolicy.ModeOff)
+	step(false, 0, mtupolicy.ModeOff)
+	standing = ""
+	e.resume(`encrypt-node is "true" in ConfigMap kube-system/cilium-config: node encryption is on`)
+	step(false, 2, mtupolicy.ModeOn)
+	step(true, 0, mtupolicy.ModeOn)
+	want := []string{
+		"Warning NodeEncryptionOff [" + why + ": the agent stands down: it removes the split, repairs nothing and leaves the main table alone]: " +
+			why + ": the agent stands down: it removes the split, repairs nothing and leaves the main table alone",
+		`Normal NodeEncryptionOn [encrypt-node is "true" in ConfigMap kube-system/cilium-config: node encryption is on: the agent resumes: the split follows the node's CiliumNode again]: ` +
+			`encrypt-node is "true" in ConfigMap kube-system/cilium-config: node encryption is on: the agent resumes: the split follows the node's CiliumNode again`,
+		"Normal SplitInstalled [split installed: rule 900 (not fwmark 0xe00/0xf00 lookup 900): host traffic to the split destinations takes table 900 at cilium_wg0's MTU]: " +
+			"split installed: rule 900 (not fwmark 0xe00/0xf00 lookup 900): host traffic to the split destinations takes table 900 at cilium_wg0's MTU",
+	}
+	if diff := cmp.Diff(want, *got); diff != "" {
+		t.Errorf("Events (-want +got):\n%s", diff)
+	}
+}
+
+// A route given up is one Warning that names the route, the program and the count.
+func TestNodeEventsStepBack(t *testing.T) {
+	e, got := capture()
+	e.stepBack(reconcile.Fight{Object: "table main 10.0.0.0/16", Line: "dhcp route 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5",
+		By: netwatch.Origin{Kind: netwatch.OriginProgram, PID: 4242, Comm: "cilium-agent"}, Undos: 3, Since: 2 * time.Second, Objects: 1})
+	if len(*got) != 1 || !strings.HasPrefix((*got)[0], "Warning RepairSteppedBack [table main 10.0.0.0/16]: dhcp route 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 is undone 3 times in 2s by cilium-agent[4242]") {
+		t.Errorf("Events %q, want one RepairSteppedBack naming the route, the count and the program", *got)
+	}
+}
