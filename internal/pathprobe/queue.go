@@ -68,9 +68,10 @@ func (q *queue) remove(peer netip.Addr) {
 func (q *queue) trigger(peer netip.Addr, now time.Time) {
 	e := q.peers[peer]
 	switch {
-	case e == nil || e.urgent:
+	case e == nil:
 	case e.running:
 		e.again = true
+	case e.urgent:
 	default:
 		e.urgent = true
 		e.due = now
