@@ -84,6 +84,7 @@ func (c Config) meshFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 	n := 0
 	var throws []netwatch.Route
 	seen := make(map[netwatch.RouteKey]bool)
+	hosts := make(map[netwatch.RouteKey]bool) // of the routes added to d.Routes
 	below := 0
 	for _, p := range m.Peers {
 		mtu, low := PeerMTU(f, tun.MTU, inner[p.Endpoint.Unmap()])
@@ -112,10 +113,11 @@ func (c Config) meshFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 				Type:     netwatch.RouteUnicast,
 				Flags:    path.Flags,
 			}.Clean()
-			if _, dup := d.RouteSet.Get(h.Key()); dup {
+			if hosts[h.Key()] {
 				continue
 			}
-			d.RouteSet.Add(h)
+			hosts[h.Key()] = true
+			d.Routes.Add(h)
 			n++
 			for r := range v.RoutesWithin(netwatch.TableMain, dst) {
 				if r.Index == tun.Index && r.TOS == 0 && !r.Src.IsValid() || r.Dst == dst && r.TOS == 0 && !r.Src.IsValid() {
@@ -142,8 +144,8 @@ func (c Config) meshFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 	}
 	slices.SortFunc(throws, func(a, b netwatch.Route) int { return a.Key().Compare(b.Key()) })
 	for _, t := range throws {
-		if _, split := d.RouteSet.Get(t.Key()); !split {
-			d.Routes = append(d.Routes, t)
+		if !hosts[t.Key()] {
+			d.Routes.Add(t)
 		}
 	}
 	r := netwatch.Rule{Family: f, Priority: c.Priority, Table: c.Table, Action: netwatch.ActionToTable, Protocol: c.Protocol}

@@ -66,29 +66,29 @@ func TestDesiredMesh(t *testing.T) {
 		{
 			name: "each peer's allowed IPs at the link's MTU, the rule without the device's fwmark",
 			mesh: mtupolicy.Mesh{FirewallMark: 0x1e00, Peers: []mtupolicy.MeshPeer{b, c}},
-			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{meshRule}, Routes: []netwatch.Route{
-				meshRoute("10.244.9.0/24", 1355), meshRoute("10.244.19.0/24", 1355), meshRoute("10.244.7.0/24", 1355)}},
+			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{meshRule}, Routes: new(netwatch.RouteSet).Add(
+				meshRoute("10.244.9.0/24", 1355), meshRoute("10.244.19.0/24", 1355), meshRoute("10.244.7.0/24", 1355))},
 		},
 		{
 			name:  "each peer's inner MTU, by its endpoint, where smaller",
 			mesh:  mtupolicy.Mesh{FirewallMark: 0x1e00, Peers: []mtupolicy.MeshPeer{b, c}},
 			inner: mtupolicy.InnerMTUs{addr("192.0.2.7"): 1296, addr("10.0.0.9"): 1420},
-			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{meshRule}, Routes: []netwatch.Route{
-				meshRoute("10.244.9.0/24", 1355), meshRoute("10.244.19.0/24", 1355), meshRoute("10.244.7.0/24", 1296)}},
+			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{meshRule}, Routes: new(netwatch.RouteSet).Add(
+				meshRoute("10.244.9.0/24", 1355), meshRoute("10.244.19.0/24", 1355), meshRoute("10.244.7.0/24", 1296))},
 		},
 		{
 			name: "no fwmark: a rule for every packet",
 			mesh: mtupolicy.Mesh{Peers: []mtupolicy.MeshPeer{c}},
 			want: reconcile.Desired{Own: ownedEverywhere,
 				Rules:  []netwatch.Rule{with(meshRule, func(r *netwatch.Rule) { r.Invert, r.Mark, r.Mask = false, 0, 0 })},
-				Routes: []netwatch.Route{meshRoute("10.244.7.0/24", 1355)}},
+				Routes: new(netwatch.RouteSet).Add(meshRoute("10.244.7.0/24", 1355))},
 		},
 		{
 			name: "only where the main table sends them through the link; never the default route",
 			mesh: mtupolicy.Mesh{FirewallMark: 0x1e00, Peers: []mtupolicy.MeshPeer{{Endpoint: addr("10.0.0.9"),
 				AllowedIPs: prefixes("0.0.0.0/0", "10.0.0.9/32", "10.245.0.0/24", "10.244.0.0/15", "10.244.9.0/24", "169.254.0.0/16")}}},
-			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{meshRule}, Routes: []netwatch.Route{
-				meshRoute("10.244.9.0/24", 1355)}},
+			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{meshRule}, Routes: new(netwatch.RouteSet).Add(
+				meshRoute("10.244.9.0/24", 1355))},
 		},
 		{
 			name: "a main route inside an allowed IP out of another link gets a throw",
@@ -97,9 +97,9 @@ func TestDesiredMesh(t *testing.T) {
 					Gateway: addr("10.0.0.1"), Index: idxEnp, Protocol: netwatch.ProtoStatic, Type: netwatch.RouteUnicast})
 			},
 			mesh: mtupolicy.Mesh{FirewallMark: 0x1e00, Peers: []mtupolicy.MeshPeer{b}},
-			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{meshRule}, Routes: []netwatch.Route{
+			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{meshRule}, Routes: new(netwatch.RouteSet).Add(
 				meshRoute("10.244.9.0/24", 1355), meshRoute("10.244.19.0/24", 1355),
-				{Family: netwatch.IPv4, Table: 900, Dst: pfx("10.244.9.128/25"), Protocol: mtupolicy.DefaultProtocol, Type: netwatch.RouteThrow}}},
+				netwatch.Route{Family: netwatch.IPv4, Table: 900, Dst: pfx("10.244.9.128/25"), Protocol: mtupolicy.DefaultProtocol, Type: netwatch.RouteThrow})},
 		},
 		{
 			name: "overlapping allowed IPs of two peers each get their route",
@@ -107,8 +107,8 @@ func TestDesiredMesh(t *testing.T) {
 				{Endpoint: addr("10.0.0.9"), AllowedIPs: prefixes("10.244.9.0/24")},
 				{Endpoint: addr("192.0.2.7"), AllowedIPs: prefixes("10.244.9.128/25", "10.244.9.0/24")}}},
 			inner: mtupolicy.InnerMTUs{addr("192.0.2.7"): 1296},
-			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{meshRule}, Routes: []netwatch.Route{
-				meshRoute("10.244.9.0/24", 1355), meshRoute("10.244.9.128/25", 1296)}},
+			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{meshRule}, Routes: new(netwatch.RouteSet).Add(
+				meshRoute("10.244.9.0/24", 1355), meshRoute("10.244.9.128/25", 1296))},
 		},
 		{
 			name: "no peers: the owned scope only",
@@ -145,7 +145,7 @@ func TestDesiredMesh(t *testing.T) {
 			if !ok {
 				t.Fatal("DesiredMesh: not ok")
 			}
-			if diff := cmp.Diff(flat(tt.want), flat(d), cmpNet, cmpopts.IgnoreFields(reconcile.Desired{}, "Notes")); diff != "" {
+			if diff := cmp.Diff(flat(tt.want), flat(d), cmpNet, cmpopts.IgnoreFields(flatDesired{}, "Notes")); diff != "" {
 				t.Errorf("DesiredMesh (-want +got):\n%s", diff)
 			}
 			ops, err := reconcile.Plan(s.View(), d)

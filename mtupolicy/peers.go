@@ -111,7 +111,7 @@ func peerNotes(idx mainIndex, f netwatch.Family, peers []netip.Addr, d *reconcil
 func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link, peers []netip.Addr, inner InnerMTUs, d *reconcile.Desired, idx mainIndex) {
 	peerNotes(idx, f, peers, d)
 	srcs := newSources(v, f)
-	n := 0 // host routes, in d.RouteSet (desired made it)
+	n := 0 // host routes, in d.Routes (desired made it)
 	var throws []netwatch.Route
 	seenThrow := make(map[netwatch.RouteKey]bool)
 	repaired := make(map[netwatch.RouteKey]bool)
@@ -149,8 +149,8 @@ func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 			Scope:    path.Scope,
 			Type:     netwatch.RouteUnicast,
 			Flags:    path.Flags,
-		}.Clean()
-		d.RouteSet.Add(h)
+		}
+		d.Routes.Add(h)
 		n++
 		for _, s := range idx.selective {
 			if !s.Dst.Contains(a) || s.Dst.Bits() < path.Dst.Bits() {
@@ -176,7 +176,7 @@ func (c Config) peerFamily(v netwatch.View, f netwatch.Family, tun netwatch.Link
 	if n == 0 {
 		return
 	}
-	d.Routes = append(d.Routes, throws...)
+	d.Routes.Add(throws...)
 	d.Rules = append(d.Rules, c.rule(f))
 }
 

@@ -93,8 +93,8 @@ func TestDesiredPeers(t *testing.T) {
 			},
 			want: reconcile.Desired{
 				Own: ownedEverywhere,
-				Routes: []netwatch.Route{with(hPeer9, func(r *netwatch.Route) { r.MTU = 1296 }), hFar, hPublic, hPeer6,
-					with(hFar6, func(r *netwatch.Route) { r.MTU = 1280 })},
+				Routes: new(netwatch.RouteSet).Add(with(hPeer9, func(r *netwatch.Route) { r.MTU = 1296 }), hFar, hPublic, hPeer6,
+					with(hFar6, func(r *netwatch.Route) { r.MTU = 1280 })),
 				Rules:   []netwatch.Rule{rule4, rule6},
 				Repairs: []netwatch.Route{nodeNetRepair},
 			},
@@ -104,9 +104,9 @@ func TestDesiredPeers(t *testing.T) {
 			peers: peerAddrs("10.0.0.9", "10.0.0.10", "192.0.2.7", "203.0.113.7", "2001:db8::9", "2001:db8:77::9"),
 			want: reconcile.Desired{
 				Own: ownedEverywhere,
-				Routes: []netwatch.Route{hPeer9,
+				Routes: new(netwatch.RouteSet).Add(hPeer9,
 					with(hPeer9, func(r *netwatch.Route) { r.Dst = pfx("10.0.0.10/32") }),
-					hFar, hPublic, hPeer6, hFar6},
+					hFar, hPublic, hPeer6, hFar6),
 				Rules:   []netwatch.Rule{rule4, rule6},
 				Repairs: []netwatch.Route{nodeNetRepair},
 			},
@@ -115,7 +115,7 @@ func TestDesiredPeers(t *testing.T) {
 			name:  "repair off",
 			cfg:   func(c *mtupolicy.Config) { c.Repair = false },
 			peers: peerAddrs("10.0.0.9"),
-			want:  reconcile.Desired{Own: ownedEverywhere, Routes: []netwatch.Route{hPeer9}, Rules: []netwatch.Rule{rule4}},
+			want:  reconcile.Desired{Own: ownedEverywhere, Routes: new(netwatch.RouteSet).Add(hPeer9), Rules: []netwatch.Rule{rule4}},
 		},
 		{
 			name: "the default route is never repaired",
@@ -124,7 +124,7 @@ func TestDesiredPeers(t *testing.T) {
 				s.Routes[i].MTU = 1355
 			},
 			peers: peerAddrs("192.0.2.7"),
-			want:  reconcile.Desired{Own: ownedEverywhere, Routes: []netwatch.Route{hFar}, Rules: []netwatch.Rule{rule4}},
+			want:  reconcile.Desired{Own: ownedEverywhere, Routes: new(netwatch.RouteSet).Add(hFar), Rules: []netwatch.Rule{rule4}},
 		},
 		{
 			name: "a lowered proto kernel route (Cilium's) is never repaired",
@@ -133,7 +133,7 @@ func TestDesiredPeers(t *testing.T) {
 				s.Routes[i].Protocol = netwatch.ProtoKernel
 			},
 			peers: peerAddrs("10.0.0.9"),
-			want:  reconcile.Desired{Own: ownedEverywhere, Routes: []netwatch.Route{hPeer9}, Rules: []netwatch.Rule{rule4}},
+			want:  reconcile.Desired{Own: ownedEverywhere, Routes: new(netwatch.RouteSet).Add(hPeer9), Rules: []netwatch.Rule{rule4}},
 		},
 		{
 			name:  "no peers: the owned scope only",
@@ -151,7 +151,7 @@ func TestDesiredPeers(t *testing.T) {
 				s.Routes = slices.DeleteFunc(s.Routes, func(r netwatch.Route) bool { return r.Dst.Bits() == 0 })
 			},
 			peers: peerAddrs("192.0.2.7", "2001:db8:77::9", "10.0.0.9"),
-			want: reconcile.Desired{Own: ownedEverywhere, Routes: []netwatch.Route{hPeer9}, Rules: []netwatch.Rule{rule4},
+			want: reconcile.Desired{Own: ownedEverywhere, Routes: new(netwatch.RouteSet).Add(hPeer9), Rules: []netwatch.Rule{rule4},
 				Repairs: []netwatch.Route{nodeNetRepair}},
 		},
 		{
@@ -184,9 +184,9 @@ func TestDesiredPeers(t *testing.T) {
 				)
 			},
 			peers: peerAddrs("10.0.9.1"),
-			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4}, Routes: []netwatch.Route{
+			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4}, Routes: new(netwatch.RouteSet).Add(
 				host("10.0.9.1", func(r *netwatch.Route) { r.Gateway, r.Index, r.PrefSrc = addr("10.0.0.3"), idxEnp, addr("10.0.0.5") }),
-			}},
+			)},
 		},
 		{
 			name: "a main route that matches some packets only gets a throw",
@@ -199,13 +199,13 @@ func TestDesiredPeers(t *testing.T) {
 			},
 			cfg:   func(c *mtupolicy.Config) { c.Repair = false },
 			peers: peerAddrs("10.0.0.9", "2001:db8::9"),
-			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4, rule6}, Routes: []netwatch.Route{
+			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4, rule6}, Routes: new(netwatch.RouteSet).Add(
 				hPeer9,
-				{Family: netwatch.IPv4, Table: 900, Dst: pfx("10.0.0.9/32"), TOS: 0x10, Protocol: mtupolicy.DefaultProtocol, Type: netwatch.RouteThrow},
+				netwatch.Route{Family: netwatch.IPv4, Table: 900, Dst: pfx("10.0.0.9/32"), TOS: 0x10, Protocol: mtupolicy.DefaultProtocol, Type: netwatch.RouteThrow},
 				hPeer6,
-				{Family: netwatch.IPv6, Table: 900, Dst: pfx("2001:db8::9/128"), Src: pfx("2001:db8:1::/64"), Index: idxLo,
+				netwatch.Route{Family: netwatch.IPv6, Table: 900, Dst: pfx("2001:db8::9/128"), Src: pfx("2001:db8:1::/64"), Index: idxLo,
 					Metric: 1024, Protocol: mtupolicy.DefaultProtocol, Type: netwatch.RouteThrow},
-			}},
+			)},
 		},
 		{
 			name: "the output link's MTU clamps the tunnel's",
@@ -215,7 +215,7 @@ func TestDesiredPeers(t *testing.T) {
 			},
 			peers: peerAddrs("192.0.2.7"),
 			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4},
-				Routes: []netwatch.Route{with(hFar, func(r *netwatch.Route) { r.MTU = 1300 })}},
+				Routes: new(netwatch.RouteSet).Add(with(hFar, func(r *netwatch.Route) { r.MTU = 1300 }))},
 		},
 		{
 			name: "a tunnel below IPv6's minimum splits IPv4 only",
@@ -225,7 +225,7 @@ func TestDesiredPeers(t *testing.T) {
 			},
 			peers: peerAddrs("192.0.2.7", "2001:db8::9"),
 			want: reconcile.Desired{Own: ownedEverywhere, Rules: []netwatch.Rule{rule4},
-				Routes: []netwatch.Route{with(hFar, func(r *netwatch.Route) { r.MTU = 1200 })}},
+				Routes: new(netwatch.RouteSet).Add(with(hFar, func(r *netwatch.Route) { r.MTU = 1200 }))},
 		},
 		{
 			name: "the tunnel link down: the owned scope only",
@@ -270,7 +270,7 @@ func TestDesiredPeers(t *testing.T) {
 				t.Fatal("DesiredPeers: not ok")
 			}
 			// Notes have a test of their own (TestPeerNotes).
-			if diff := cmp.Diff(flat(tt.want), flat(d), cmpNet, cmpopts.IgnoreFields(reconcile.Desired{}, "Notes")); diff != "" {
+			if diff := cmp.Diff(flat(tt.want), flat(d), cmpNet, cmpopts.IgnoreFields(flatDesired{}, "Notes")); diff != "" {
 				t.Errorf("DesiredPeers (-want +got):\n%s", diff)
 			}
 			// Plan accepts it, and one pass converges.
@@ -307,7 +307,7 @@ func TestDesiredPeersNotOK(t *testing.T) {
 		{"invalid", node().View(), with(peerConfig(), func(c *mtupolicy.Config) { c.Table = 254 }), mtupolicy.ModeOn},
 		{"peers with prefixes", node().View(), with(config(), func(c *mtupolicy.Config) { c.Peers = true }), mtupolicy.ModeOn},
 	} {
-		if d, ok := mtupolicy.DesiredPeers(tt.v, tt.cfg, tt.mode, peers, nil); ok || !cmp.Equal(flat(d), reconcile.Desired{}, cmpNet) {
+		if d, ok := mtupolicy.DesiredPeers(tt.v, tt.cfg, tt.mode, peers, nil); ok || !cmp.Equal(flat(d), flatDesired{}, cmpNet) {
 			t.Errorf("%s: DesiredPeers = %+v, %v; want nothing, false", tt.name, d, ok)
 		}
 	}
@@ -315,7 +315,7 @@ func TestDesiredPeersNotOK(t *testing.T) {
 		t.Errorf("Desired(peers config, on) = %+v, %v; want nothing, false", d, ok)
 	}
 	d, ok := mtupolicy.Desired(converged(t).View(), peerConfig(), mtupolicy.ModeOff)
-	if diff := cmp.Diff(reconcile.Desired{Own: ownedEverywhere}, flat(d), cmpNet); !ok || diff != "" {
+	if diff := cmp.Diff(flatDesired{Own: ownedEverywhere}, flat(d), cmpNet); !ok || diff != "" {
 		t.Errorf("Desired(peers config, off): ok %v (-want +got):\n%s", ok, diff)
 	}
 }

@@ -122,9 +122,9 @@ func (c Config) desired(v netwatch.View, mode Mode, split func(netwatch.View, ne
 		d.Notes = []string{"tunnel link " + c.TunnelLink + " is down: nothing is split"}
 		return d, true
 	}
-	// The table routes (one for each main route, with --underlay-link) go
-	// in a RouteSet, at an eighth of a []Route's memory.
-	d.RouteSet = new(netwatch.RouteSet)
+	// The table routes (one for each main route, with --underlay-link)
+	// and throws, at an eighth of a []Route's memory.
+	d.Routes = new(netwatch.RouteSet)
 	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
 		if min := MinMTU(f); tun.MTU < min {
 			d.Notes = append(d.Notes, fmt.Sprintf("%v: tunnel link %s's MTU %d is below the family's minimum %d: %v is not split",
@@ -207,8 +207,8 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 			Scope:    r.Scope,
 			Type:     netwatch.RouteUnicast,
 			Flags:    r.Flags,
-		}.Clean()
-		d.RouteSet.Add(t)
+		}
+		d.Routes.Add(t)
 		n++
 		if c.Repair && r.MTU == tun.MTU && out.MTU != 0 && out.MTU != tun.MTU && r.Protocol != netwatch.ProtoKernel {
 			d.Repairs = append(d.Repairs, repair(r))
@@ -221,7 +221,7 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 	// A main route left out gets a throw where a table route covers it.
 	var dsts []netip.Prefix // of the table routes, sorted
 	if len(rest) > 0 {
-		for t := range d.RouteSet.All() {
+		for t := range d.Routes.All() {
 			if t.Family == f {
 				dsts = append(dsts, t.Dst)
 			}
@@ -246,13 +246,13 @@ func (c Config) family(v netwatch.View, f netwatch.Family, tun netwatch.Link, d 
 		if f == netwatch.IPv6 {
 			t.Index = lo // the kernel hangs IPv6 throw routes on lo and says so
 		}
-		if _, split := d.RouteSet.Get(t.Key()); split || seen[t.Key()] || !covered(dsts, m.Dst) {
+		if _, split := d.Routes.Get(t.Key()); split || seen[t.Key()] || !covered(dsts, m.Dst) {
 			continue
 		}
 		seen[t.Key()] = true
 		throws = append(throws, t)
 	}
-	d.Routes = append(d.Routes, throws...)
+	d.Routes.Add(throws...)
 	d.Rules = append(d.Rules, c.rule(f))
 }
 

@@ -241,7 +241,7 @@ func TestCase01FreshNode(t *testing.T) {
 	}
 	want := reconcile.Desired{
 		Own:     ownedEverywhere,
-		Routes:  []netwatch.Route{tNodeNet, tNodeGW, tNodeNet6},
+		Routes:  new(netwatch.RouteSet).Add(tNodeNet, tNodeGW, tNodeNet6),
 		Rules:   []netwatch.Rule{rule4, rule6},
 		Repairs: []netwatch.Route{nodeNetRepair},
 	}
@@ -366,7 +366,7 @@ func TestCase05OptedOutClean(t *testing.T) {
 	if !ok {
 		t.Fatal("Desired: not ok")
 	}
-	if diff := cmp.Diff(reconcile.Desired{Own: ownedEverywhere}, flat(d), cmpNet); diff != "" {
+	if diff := cmp.Diff(flatDesired{Own: ownedEverywhere}, flat(d), cmpNet); diff != "" {
 		t.Errorf("Desired (-want +got):\n%s", diff)
 	}
 	settled(t, node(), config(), mtupolicy.ModeOff)
@@ -882,8 +882,9 @@ func TestPrefSrc(t *testing.T) {
 			s.Addrs, s.Routes = tt.addrs, []netwatch.Route{tt.route}
 			cfg := config()
 			cfg.Prefixes, cfg.UnderlayLink = nil, "enp7s0"
-			d, _ := mtupolicy.Desired(s.View(), cfg, mtupolicy.ModeOn)
-			if d = flat(d); len(d.Routes) != 1 {
+			got, _ := mtupolicy.Desired(s.View(), cfg, mtupolicy.ModeOn)
+			d := flat(got)
+			if len(d.Routes) != 1 {
 				t.Fatalf("table routes: %v", d.Routes)
 			}
 			if got := d.Routes[0].PrefSrc; got != tt.want {
@@ -936,16 +937,20 @@ func TestModeString(t *testing.T) {
 	}
 }
 
-// flat returns d with the routes of its RouteSet in Routes, and Routes
-// sorted by key: the policy's routes as the tests compare them (Plan
-// depends on neither where a route is nor its order).
-func flat(d reconcile.Desired) reconcile.Desired {
-	var rs []netwatch.Route
-	if d.RouteSet != nil {
-		rs = slices.Collect(d.RouteSet.All())
-	}
-	d.Routes, d.RouteSet = sortedRoutes(append(rs, d.Routes...)), nil
-	return d
+// flatDesired is a Desired with its routes in a slice, as the tests
+// compare them.
+type flatDesired struct {
+	Own     reconcile.Owned
+	Routes  []netwatch.Route
+	Rules   []netwatch.Rule
+	Repairs []netwatch.Route
+	Notes   []string
+}
+
+// flat returns d with its routes sorted by key, nil if none (Plan depends
+// on neither their order nor how the set holds them).
+func flat(d reconcile.Desired) flatDesired {
+	return flatDesired{Own: d.Own, Routes: sortedRoutes(slices.Collect(d.Routes.All())), Rules: d.Rules, Repairs: d.Repairs, Notes: d.Notes}
 }
 
 // sortedRoutes returns rs sorted by key, nil if empty.

@@ -8,29 +8,39 @@ import (
 	"sync"
 )
 
-// A RouteSet holds routes as compactly as a cache holds them: 44 bytes
-// for an ordinary IPv4 route and 96 for an IPv6 one (one with no multipath,
-// metrics but the MTU, encapsulation, expiry or unknown attributes; the
-// others keep their whole Route), against about 350 in a []Route. It is
-// for a policy that desires as many routes as a full table holds (see
-// reconcile.Desired.RouteSet).
+// A RouteSet holds the routes a policy desires (reconcile.Desired.Routes),
+// as compactly as a cache holds routes: 44 bytes for an ordinary IPv4
+// route and 96 for an IPv6 one (one with no multipath, metrics but the
+// MTU, encapsulation, expiry or unknown attributes; the others keep their
+// whole Route), against about 350 in a []Route, so that a policy that
+// desires as many routes as a full table holds fits a small memory limit.
 //
-// A RouteSet holds one route per key: Add replaces the route with r's key,
-// if there is one. Its order is the one reconcile.Plan installs routes
-// in: by family and table, longer prefixes first, then by key
-// (RouteKey.Compare). Routes of a family other than IPv4 and IPv6, or
-// whose destination is not one of their family, are kept as given, after
-// the others, for the reader to refuse.
+// A RouteSet holds each route as the kernel would store it (Route.Clean:
+// an IPv6 metric of 0 is 1024) and each once: adding a route it holds
+// again changes nothing. It holds one route per key (RouteKey: what the
+// kernel tells apart), except that a second, different route added with a
+// key is kept beside the first, so that reconcile.Plan refuses the pair
+// ("one key, two routes") instead of picking one; a third is not kept.
+// Its memory follows the routes it holds, not the routes ever added.
 //
-// The zero RouteSet is empty and ready to use. A RouteSet must not be
-// copied after first use. Its methods are safe for concurrent use.
+// Its order is the one reconcile.Plan installs routes in: by family and
+// table, longer prefixes first, then by key (RouteKey.Compare), and routes
+// of one key in the order added. Routes the kernel cannot hold as keyed
+// (of a family other than IPv4 and IPv6, a destination of another family,
+// an IPv4 source prefix, an IPv6 TOS) are kept whole, by their whole key,
+// after the others, for the reader to refuse.
+//
+// The zero RouteSet is empty and ready to use; a nil *RouteSet is empty
+// to read. A RouteSet must not be copied after first use. Its methods are
+// safe for concurrent use.
 type RouteSet struct {
 	mu     sync.Mutex
 	e4     []setEntry4
 	e6     []setEntry6
 	odd    []Route // routes with no compact key, sorted by key once sorted is set
 	extra  []Route // routes that do not fit an entry, by the entry's oif
-	sorted bool    // e4, e6 and odd are sorted and hold one entry per key
+	sorted bool    // e4, e6 and odd are sorted and hold what the set holds
+	held   int     // entries held after the last sort: Add sorts again once they double
 }
 
 type setEntry4 struct {
@@ -45,13 +55,32 @@ type setEntry6 struct {
 	v     val6
 }
 
-// Add adds r to the set, replacing the route with its key.
-func (s *RouteSet) Add(r Route) {
+// compactKey4 and compactKey6 report whether r's whole key fits a compact
+// entry: the kernel's key of an IPv4 route has no source, an IPv6 one no
+// TOS.
+func compactKey4(r *Route) bool {
+	return r.Family == IPv4 && r.Dst.IsValid() && r.Dst.Addr().Is4() && !r.Src.IsValid()
+}
+
+func compactKey6(r *Route) bool {
+	return r.Family == IPv6 && r.Dst.IsValid() && r.Dst.Addr().Is6() && (!r.Src.IsValid() || r.Src.Addr().Is6()) && r.TOS == 0
+}
+
+// Add adds rs, each Clean, to the set, and returns the set:
+// new(RouteSet).Add(a, b) is a set of a and b.
+func (s *RouteSet) Add(rs ...Route) *RouteSet {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, r := range rs {
+		s.add(r.Clean())
+	}
+	return s
+}
+
+func (s *RouteSet) add(r Route) {
 	s.sorted = false
 	switch {
-	case r.Family == IPv4 && r.Dst.IsValid() && r.Dst.Addr().Is4():
+	case compactKey4(&r):
 		e := setEntry4{table: r.Table, k: mk4(r.Key())}
 		if fits(r) {
 			e.v = pack4(r)
@@ -60,7 +89,7 @@ func (s *RouteSet) Add(r Route) {
 			s.extra = append(s.extra, r)
 		}
 		s.e4 = append(s.e4, e)
-	case r.Family == IPv6 && r.Dst.IsValid() && r.Dst.Addr().Is6() && (!r.Src.IsValid() || r.Src.Addr().Is6()):
+	case compactKey6(&r):
 		e := setEntry6{table: r.Table, k: mk6(r.Key())}
 		if fits(r) {
 			e.v = pack6(r)
@@ -72,10 +101,18 @@ func (s *RouteSet) Add(r Route) {
 	default:
 		s.odd = append(s.odd, r)
 	}
+	if len(s.e4)+len(s.e6)+len(s.odd) >= 2*s.held+64 {
+		// What is held, not what was added: a key added a million
+		// times takes one entry.
+		s.sort()
+	}
 }
 
 // Len returns the number of routes in the set.
 func (s *RouteSet) Len() int {
+	if s == nil {
+		return 0
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sort()
@@ -102,18 +139,25 @@ func (s *RouteSet) All() iter.Seq[Route] {
 	}
 }
 
-// Get returns the route with key k.
+// Get returns the route with key k: the first added, if two are held.
 func (s *RouteSet) Get(k RouteKey) (Route, bool) {
+	if s == nil {
+		return Route{}, false
+	}
+	if k.Family == IPv6 && k.Metric == 0 {
+		k.Metric = ipv6DefaultMetric
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sort()
+	r := Route{Family: k.Family, Table: k.Table, Dst: k.Dst, Src: k.Src, TOS: k.TOS}
 	var i int
 	var ok bool
 	switch {
-	case k.Family == IPv4 && k.Dst.IsValid() && k.Dst.Addr().Is4():
+	case compactKey4(&r):
 		w := setEntry4{table: k.Table, k: mk4(k)}
 		i, ok = slices.BinarySearchFunc(s.e4, w, compareEntry4)
-	case k.Family == IPv6 && k.Dst.IsValid() && k.Dst.Addr().Is6() && (!k.Src.IsValid() || k.Src.Addr().Is6()):
+	case compactKey6(&r):
 		w := setEntry6{table: k.Table, k: mk6(k)}
 		i, ok = slices.BinarySearchFunc(s.e6, w, compareEntry6)
 		i += len(s.e4)
@@ -146,31 +190,49 @@ func (s *RouteSet) at(i int) Route {
 	return s.odd[i-len(s.e6)]
 }
 
-// sort sorts the entries into the set's order and keeps the last added
-// of each key.
+// sort sorts the entries into the set's order and keeps, of each key, the
+// first route added and the first added after it that differs from it.
 func (s *RouteSet) sort() {
 	if s.sorted {
 		return
 	}
 	s.sorted = true
-	s.e4 = lastOfEachKey(s.e4, compareEntry4)
-	s.e6 = lastOfEachKey(s.e6, compareEntry6)
-	s.odd = lastOfEachKey(s.odd, func(a, b Route) int { return a.Key().Compare(b.Key()) })
+	s.e4 = heldOfEachKey(s.e4, compareEntry4, func(a, b *setEntry4) bool { return s.same(a.v.has, b.v.has, a.v.oif, b.v.oif, a.v == b.v) })
+	s.e6 = heldOfEachKey(s.e6, compareEntry6, func(a, b *setEntry6) bool { return s.same(a.v.has, b.v.has, a.v.oif, b.v.oif, a.v == b.v) })
+	s.odd = heldOfEachKey(s.odd, func(a, b Route) int { return a.Key().Compare(b.Key()) }, func(a, b *Route) bool { return a.Equal(*b) })
 	if len(s.extra) > 0 {
 		s.dropUnusedExtra()
 	}
+	s.held = len(s.e4) + len(s.e6) + len(s.odd)
 }
 
-// lastOfEachKey sorts es stably and keeps the last of each run of equal
-// keys: the one added last.
-func lastOfEachKey[E any](es []E, compare func(a, b E) int) []E {
+// same reports whether two entries of one key hold the same route: their
+// values are equal (eq) when neither is in s.extra, the routes there are
+// when both are.
+func (s *RouteSet) same(ha, hb uint8, oa, ob uint32, eq bool) bool {
+	switch ea, eb := ha&hasExtra != 0, hb&hasExtra != 0; {
+	case ea && eb:
+		return s.extra[oa].Equal(s.extra[ob])
+	case ea || eb:
+		return false
+	}
+	return eq
+}
+
+// heldOfEachKey sorts es stably and keeps, of each run of one key, the
+// first and the first after it that is not the same.
+func heldOfEachKey[E any](es []E, compare func(a, b E) int, same func(a, b *E) bool) []E {
 	slices.SortStableFunc(es, compare)
-	out := es[:0]
+	out := es[:0] // written behind the reads
+	first := 0    // the index in out of the current key's first
 	for i := range es {
-		if len(out) > 0 && compare(out[len(out)-1], es[i]) == 0 {
-			out[len(out)-1] = es[i]
+		if len(out) > 0 && compare(out[first], es[i]) == 0 {
+			if len(out)-first == 1 && !same(&out[first], &es[i]) {
+				out = append(out, es[i])
+			}
 			continue
 		}
+		first = len(out)
 		out = append(out, es[i])
 	}
 	clear(es[len(out):])

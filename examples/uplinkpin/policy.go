@@ -30,7 +30,7 @@ type Config struct {
 // family: Plan removes what the policy owns, and marked packets follow the
 // main table.
 func (c Config) Desired(v netwatch.View) reconcile.Desired {
-	d := reconcile.Desired{Own: reconcile.Own(reconcile.OwnTable(c.Table), reconcile.OwnPriority(c.Priority))}
+	d := reconcile.Desired{Own: reconcile.Own(reconcile.OwnTable(c.Table), reconcile.OwnPriority(c.Priority)), Routes: new(netwatch.RouteSet)}
 	link, ok := v.LinkByName(c.Uplink)
 	switch {
 	case !ok:
@@ -59,7 +59,7 @@ func (c Config) Desired(v netwatch.View) reconcile.Desired {
 		if f == netwatch.IPv6 {
 			r.Dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
 		}
-		d.Routes = append(d.Routes, r)
+		d.Routes.Add(r)
 		d.Rules = append(d.Rules, netwatch.Rule{
 			Family:   f,
 			Priority: c.Priority,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -69,7 +70,7 @@ func TestDesired(t *testing.T) {
 		name: "the uplink's gateways of both families",
 		snap: netwatch.Snapshot{Links: links, Routes: []netwatch.Route{primary, v4, v6}},
 		want: reconcile.Desired{Own: owned,
-			Routes: []netwatch.Route{pinned(netwatch.IPv4, "192.0.2.1", eth1), pinned(netwatch.IPv6, "fe80::1", eth1)},
+			Routes: new(netwatch.RouteSet).Add(pinned(netwatch.IPv4, "192.0.2.1", eth1), pinned(netwatch.IPv6, "fe80::1", eth1)),
 			Rules:  []netwatch.Rule{rule(netwatch.IPv4), rule(netwatch.IPv6)}},
 	}, {
 		name: "a family without a default route out of the uplink gets nothing",
@@ -83,7 +84,7 @@ func TestDesired(t *testing.T) {
 				Gateway: netip.MustParseAddr("192.0.2.1"), Index: eth1, Type: netwatch.RouteUnicast},
 		}},
 		want: reconcile.Desired{Own: owned,
-			Routes: []netwatch.Route{pinned(netwatch.IPv6, "fe80::1", eth1)},
+			Routes: new(netwatch.RouteSet).Add(pinned(netwatch.IPv6, "fe80::1", eth1)),
 			Rules:  []netwatch.Rule{rule(netwatch.IPv6)}},
 	}, {
 		name: "uplink down: nothing",
@@ -99,7 +100,7 @@ func TestDesired(t *testing.T) {
 		snap: netwatch.Snapshot{Links: links, Routes: []netwatch.Route{
 			mainDefault(netwatch.IPv4, "192.0.2.9", eth1, 300), v4, mainDefault(netwatch.IPv4, "192.0.2.3", eth1, 250)}},
 		want: reconcile.Desired{Own: owned,
-			Routes: []netwatch.Route{pinned(netwatch.IPv4, "192.0.2.1", eth1)},
+			Routes: new(netwatch.RouteSet).Add(pinned(netwatch.IPv4, "192.0.2.1", eth1)),
 			Rules:  []netwatch.Rule{rule(netwatch.IPv4)}},
 	}, {
 		name: "an onlink gateway stays onlink",
@@ -110,11 +111,11 @@ func TestDesired(t *testing.T) {
 				return r
 			}()}},
 		want: reconcile.Desired{Own: owned,
-			Routes: []netwatch.Route{func() netwatch.Route {
+			Routes: new(netwatch.RouteSet).Add(func() netwatch.Route {
 				r := pinned(netwatch.IPv4, "172.31.1.1", eth1)
 				r.Flags = netwatch.RouteOnlink
 				return r
-			}()},
+			}()),
 			Rules: []netwatch.Rule{rule(netwatch.IPv4)}},
 	}, {
 		name: "a multipath default route: the path out of the uplink",
@@ -125,11 +126,11 @@ func TestDesired(t *testing.T) {
 				{Gateway: netip.MustParseAddr("192.0.2.7"), Index: eth1, Weight: 1, Flags: netwatch.RouteOnlink},
 			}}}},
 		want: reconcile.Desired{Own: owned,
-			Routes: []netwatch.Route{func() netwatch.Route {
+			Routes: new(netwatch.RouteSet).Add(func() netwatch.Route {
 				r := pinned(netwatch.IPv4, "192.0.2.7", eth1)
 				r.Flags = netwatch.RouteOnlink
 				return r
-			}()},
+			}()),
 			Rules: []netwatch.Rule{rule(netwatch.IPv4)}},
 	}, {
 		name: "dead paths, gatewayless and non-unicast default routes are no gateway",
@@ -148,14 +149,15 @@ func TestDesired(t *testing.T) {
 		snap: netwatch.Snapshot{Links: []netwatch.Link{links[0], link(eth1Next, "eth1", up)},
 			Routes: []netwatch.Route{primary, mainDefault(netwatch.IPv4, "192.0.2.1", eth1Next, 200)}},
 		want: reconcile.Desired{Own: owned,
-			Routes: []netwatch.Route{pinned(netwatch.IPv4, "192.0.2.1", eth1Next)},
+			Routes: new(netwatch.RouteSet).Add(pinned(netwatch.IPv4, "192.0.2.1", eth1Next)),
 			Rules:  []netwatch.Rule{rule(netwatch.IPv4)}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := testConfig.Desired(tt.snap.View())
 			// TestNotes checks the notes.
-			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), cmpopts.IgnoreFields(reconcile.Desired{}, "Notes")); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), cmpopts.IgnoreFields(reconcile.Desired{}, "Notes"),
+				cmp.Transformer("Routes", func(s *netwatch.RouteSet) []netwatch.Route { return slices.Collect(s.All()) })); diff != "" {
 				t.Errorf("Desired (-want +got):\n%s", diff)
 			}
 		})

@@ -31,7 +31,7 @@ type Config struct {
 // packet without the VPN's mark to the table. While the link is absent or
 // down, nothing: Plan removes whatever the policy owns.
 func (c Config) Desired(v netwatch.View) reconcile.Desired {
-	d := reconcile.Desired{Own: reconcile.Own(reconcile.OwnTable(c.Table), reconcile.OwnPriority(c.Priority))}
+	d := reconcile.Desired{Own: reconcile.Own(reconcile.OwnTable(c.Table), reconcile.OwnPriority(c.Priority)), Routes: new(netwatch.RouteSet)}
 	link, ok := v.LinkByName(c.Link)
 	switch {
 	case !ok:
@@ -57,7 +57,7 @@ func (c Config) Desired(v netwatch.View) reconcile.Desired {
 		if f == netwatch.IPv6 {
 			r.Scope = netwatch.ScopeUniverse // IPv6 routes have no scope; the kernel reports universe
 		}
-		d.Routes = append(d.Routes, r)
+		d.Routes.Add(r)
 		hasPrefix[f] = true
 	}
 	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -91,7 +92,7 @@ func TestDesired(t *testing.T) {
 				addr(vpn, "fe80::1/64", netwatch.ScopeLink, 0x80)},
 		},
 		want: reconcile.Desired{Own: owned,
-			Routes: []netwatch.Route{route4("10.8.0.0/16", vpn, "100.64.0.1"), route6("fd00:8::/64", vpn, "fd7a:115c:a1e0::1")},
+			Routes: new(netwatch.RouteSet).Add(route4("10.8.0.0/16", vpn, "100.64.0.1"), route6("fd00:8::/64", vpn, "fd7a:115c:a1e0::1")),
 			Rules:  bothRules},
 	}, {
 		name: "up without carrier is up: a tun whose process has not attached yet",
@@ -100,7 +101,7 @@ func TestDesired(t *testing.T) {
 			Addrs: []netwatch.Addr{addr(vpn, "100.64.0.1/32", netwatch.ScopeUniverse, 0x80)},
 		},
 		want: reconcile.Desired{Own: owned,
-			Routes: []netwatch.Route{route4("10.8.0.0/16", vpn, "100.64.0.1"), route6("fd00:8::/64", vpn, "")},
+			Routes: new(netwatch.RouteSet).Add(route4("10.8.0.0/16", vpn, "100.64.0.1"), route6("fd00:8::/64", vpn, "")),
 			Rules:  bothRules},
 	}, {
 		name: "no address: routes without a source; another link's address is not used",
@@ -109,7 +110,7 @@ func TestDesired(t *testing.T) {
 			Addrs: []netwatch.Addr{ethAddr},
 		},
 		want: reconcile.Desired{Own: owned,
-			Routes: []netwatch.Route{route4("10.8.0.0/16", vpn, ""), route6("fd00:8::/64", vpn, "")},
+			Routes: new(netwatch.RouteSet).Add(route4("10.8.0.0/16", vpn, ""), route6("fd00:8::/64", vpn, "")),
 			Rules:  bothRules},
 	}, {
 		name: "unusable addresses are skipped: tentative, failed, deprecated, link and host scope",
@@ -124,7 +125,7 @@ func TestDesired(t *testing.T) {
 				addr(vpn, "fd7a::4/128", netwatch.ScopeUniverse, 0x02|0x80)},
 		},
 		want: reconcile.Desired{Own: owned,
-			Routes: []netwatch.Route{route4("10.8.0.0/16", vpn, ""), route6("fd00:8::/64", vpn, "fd7a::4")},
+			Routes: new(netwatch.RouteSet).Add(route4("10.8.0.0/16", vpn, ""), route6("fd00:8::/64", vpn, "fd7a::4")),
 			Rules:  bothRules},
 	}, {
 		name: "a primary address before a secondary one, then the lowest",
@@ -138,7 +139,7 @@ func TestDesired(t *testing.T) {
 			},
 		},
 		want: reconcile.Desired{Own: owned,
-			Routes: []netwatch.Route{route4("10.8.0.0/16", vpn, "100.64.0.3"), route6("fd00:8::/64", vpn, "fd7a::9")},
+			Routes: new(netwatch.RouteSet).Add(route4("10.8.0.0/16", vpn, "100.64.0.3"), route6("fd00:8::/64", vpn, "fd7a::9")),
 			Rules:  bothRules},
 	}, {
 		name: "the link came back with another index",
@@ -151,7 +152,7 @@ func TestDesired(t *testing.T) {
 			Rules:  []netwatch.Rule{rule(netwatch.IPv4)},
 		},
 		want: reconcile.Desired{Own: owned,
-			Routes: []netwatch.Route{route4("10.8.0.0/16", vpnNext, "100.64.0.1"), route6("fd00:8::/64", vpnNext, "")},
+			Routes: new(netwatch.RouteSet).Add(route4("10.8.0.0/16", vpnNext, "100.64.0.1"), route6("fd00:8::/64", vpnNext, "")),
 			Rules:  bothRules},
 	}, {
 		name: "IPv4 prefixes only: the IPv6 rule is not wanted, but IPv6 stays owned",
@@ -165,7 +166,7 @@ func TestDesired(t *testing.T) {
 			Addrs: []netwatch.Addr{addr(vpn, "100.64.0.1/32", netwatch.ScopeUniverse, 0x80)},
 		},
 		want: reconcile.Desired{Own: owned,
-			Routes: []netwatch.Route{route4("10.8.0.0/16", vpn, "100.64.0.1"), route4("0.0.0.0/0", vpn, "100.64.0.1")},
+			Routes: new(netwatch.RouteSet).Add(route4("10.8.0.0/16", vpn, "100.64.0.1"), route4("0.0.0.0/0", vpn, "100.64.0.1")),
 			Rules:  []netwatch.Rule{rule(netwatch.IPv4)}},
 	}, {
 		name: "a link of another name is not the VPN",
@@ -183,7 +184,8 @@ func TestDesired(t *testing.T) {
 			}
 			got := cfg.Desired(tt.snap.View())
 			// TestNotes checks the notes.
-			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), cmpopts.IgnoreFields(reconcile.Desired{}, "Notes")); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), cmpopts.IgnoreFields(reconcile.Desired{}, "Notes"),
+				cmp.Transformer("Routes", func(s *netwatch.RouteSet) []netwatch.Route { return slices.Collect(s.All()) })); diff != "" {
 				t.Errorf("Desired (-want +got):\n%s", diff)
 			}
 		})

@@ -17,7 +17,7 @@ import (
 // viaEth1 is the policy under test: packets marked 0x100/0xff00 leave by
 // eth1's default gateway. It owns table 920 and rule priority 920.
 func viaEth1(v netwatch.View) (reconcile.Desired, bool) {
-	d := reconcile.Desired{Own: reconcile.Own(920, 920)}
+	d := reconcile.Desired{Own: reconcile.Own(920, 920), Routes: new(netwatch.RouteSet)}
 	eth1, ok := v.LinkByName("eth1")
 	if !ok || eth1.Flags&netwatch.LinkUp == 0 {
 		d.Notes = []string{"eth1 is missing or down"}
@@ -25,7 +25,7 @@ func viaEth1(v netwatch.View) (reconcile.Desired, bool) {
 	}
 	for _, def := range v.DefaultRoutes(netwatch.IPv4, netwatch.TableMain, eth1.Index) {
 		hop, _ := def.PathOut(eth1.Index)
-		d.Routes = append(d.Routes, netwatch.Route{Family: netwatch.IPv4, Table: 920, Dst: def.Dst,
+		d.Routes.Add(netwatch.Route{Family: netwatch.IPv4, Table: 920, Dst: def.Dst,
 			Gateway: hop.Gateway, Index: eth1.Index, Protocol: 242, Type: netwatch.RouteUnicast})
 		d.Rules = append(d.Rules, netwatch.Rule{Family: netwatch.IPv4, Priority: 920, Table: 920,
 			Action: netwatch.ActionToTable, Mark: 0x100, Mask: 0xff00, Protocol: 242})

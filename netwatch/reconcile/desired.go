@@ -77,21 +77,21 @@ type Desired struct {
 	// route, a next hop: Index, Gateway, NextHops or NHID. Everything else
 	// is optional and, when set, must be as the kernel reports it: for
 	// IPv4, Scope universe for a route via a gateway and link for one
-	// without; for IPv6, Scope always universe, and metric 0 is taken as
-	// the kernel's 1024. A reject route (blackhole, unreachable, prohibit,
-	// throw) has no output link, in both families: that the kernel reports
-	// IPv6 ones as "dev lo" is its own detail. Plan refuses a route that
-	// lacks what the kernel needs with a PlanError naming the field. A
-	// route the kernel keeps otherwise than desired is rewritten on every
-	// pass; the Reconciler warns of it once, naming the field.
-	Routes []netwatch.Route
-	// RouteSet, when not nil, holds more desired routes, with the
-	// conditions of Routes, in the compact form of a netwatch.RouteSet
-	// (44 bytes an IPv4 route, against 350 in Routes): a policy that
-	// desires a route for each route of a full table fills RouteSet, so
-	// that its pass fits a small memory limit. Plan reads Routes and
-	// RouteSet as one list; a route in each with one key must be the same.
-	RouteSet *netwatch.RouteSet
+	// without, and no source prefix (the kernel ignores one); for IPv6,
+	// Scope always universe, no TOS (the kernel refuses one), and metric 0
+	// is taken as the kernel's 1024. A reject route (blackhole,
+	// unreachable, prohibit, throw) has no output link, in both families:
+	// that the kernel reports IPv6 ones as "dev lo" is its own detail. Plan
+	// refuses a route that lacks what the kernel needs with a PlanError
+	// naming the field, and two different routes with one key with a
+	// PlanError naming both. A route the kernel keeps otherwise than
+	// desired is rewritten on every pass; the Reconciler warns of it once,
+	// naming the field.
+	//
+	// The set is compact (44 bytes an IPv4 route), so that a policy that
+	// desires a route for each route of a full table fits a small memory
+	// limit, and Plan reads it in place. Nil desires no route.
+	Routes *netwatch.RouteSet
 	// Rules must exist exactly once each; each must be at an owned priority.
 	// A desired rule sets Family, Priority and Action
 	// (netwatch.ActionToTable with a Table, for a lookup).

@@ -44,17 +44,15 @@
 // Reconciler describes, applies and settles each chunk before planning the
 // next from a fresh view. What it remembers of the objects it changed is
 // about 50 bytes for one changed once and never undone. The desired routes
-// are the one cost that grows with the pass: 352 bytes each in
-// Desired.Routes, 44 (IPv4) or 96 (IPv6) in Desired.RouteSet, which is
-// where a policy that copies a full table puts them. The planner reads a
-// RouteSet in place when Routes is empty and every route in it is Clean,
-// and otherwise keeps a compact copy of both.
+// are the one cost that grows with the pass: 44 bytes each (IPv4) or 96
+// (IPv6) in Desired.Routes, a netwatch.RouteSet, which the planner reads
+// in place, whatever routes the policy put in it.
 //
 // # Owned values
 //
-// Table, Priority, MarkMask, Protocol and LinkName are the values a program
-// names what it owns with: flag.Values whose Check is the one validation
-// that the agent, its policy and the examples share.
+// OwnTable, OwnPriority, MarkMask, OwnProtocol and LinkName are the values
+// a program names what it owns with: flag.Values whose Check is the one
+// validation that the agent, its policy and the examples share.
 //
 // # Concurrency
 //

@@ -13,7 +13,7 @@ import (
 // default gateway, in both families. It owns table 920 and rule priority
 // 920; what it wants is a pure function of the view.
 func pin(v netwatch.View) reconcile.Desired {
-	d := reconcile.Desired{Own: reconcile.Own(920, 920)}
+	d := reconcile.Desired{Own: reconcile.Own(920, 920), Routes: new(netwatch.RouteSet)}
 	eth1, ok := v.LinkByName("eth1")
 	if !ok || eth1.Flags&netwatch.LinkUp == 0 {
 		// Nothing wanted: Plan removes everything owned; the note says why.
@@ -31,7 +31,7 @@ func pin(v netwatch.View) reconcile.Desired {
 		if srcs := v.SourceAddrs(eth1.Index, f); len(srcs) > 0 {
 			r.PrefSrc = srcs[0].Prefix.Addr() // usable, global and primary first
 		}
-		d.Routes = append(d.Routes, r)
+		d.Routes.Add(r)
 		d.Rules = append(d.Rules, netwatch.Rule{Family: f, Priority: 920, Table: 920, Action: netwatch.ActionToTable,
 			Mark: 0x100, Mask: 0xff00, Protocol: 242})
 	}

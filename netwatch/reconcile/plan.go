@@ -110,9 +110,9 @@ type planner struct {
 	tables map[ownedTable]bool
 	prios  map[ownedPriority]bool
 	d      Desired
-	// want holds the desired routes (d.Routes and d.RouteSet), Clean,
-	// in the order their replaces run; repairs are the indexes of
-	// d.Repairs by key.
+	// want holds the desired routes (d.Routes, never nil), Clean, in the
+	// order their replaces run; repairs are the indexes of d.Repairs by
+	// key.
 	want    *netwatch.RouteSet
 	repairs []int32
 	rules   map[ownedPriority][]netwatch.Rule // deduplicated, in the order given
@@ -140,7 +140,7 @@ func newPlanner(v netwatch.View, d Desired) (*planner, error) {
 	if err := p.own(d.Own); err != nil {
 		return nil, err
 	}
-	if err := p.wantRoutes(v, d.Routes, d.RouteSet); err != nil {
+	if err := p.wantRoutes(v, d.Routes); err != nil {
 		return nil, err
 	}
 	if err := p.wantRules(d.Rules); err != nil {
@@ -175,61 +175,28 @@ func (p *planner) own(owned Owned) error {
 	return nil
 }
 
-// wantRoutes collects the desired routes, Clean (IPv6's metric 0 as the
-// kernel's), in a RouteSet: the order of the replaces and an index by key.
-// Each must be in an owned table, and two with one key must be the same
-// route: a key holds one desired route. Within set, a later route with a
-// key stands for an earlier one (a RouteSet holds one route per key).
-func (p *planner) wantRoutes(v netwatch.View, rs []netwatch.Route, set *netwatch.RouteSet) error {
-	check := func(r netwatch.Route) error {
+// wantRoutes takes the desired routes as the policy's set holds them
+// (Clean, in the order of the replaces, indexed by key): it only checks
+// them. Each must be in an owned table, and a key must hold one route.
+func (p *planner) wantRoutes(v netwatch.View, set *netwatch.RouteSet) error {
+	if set == nil {
+		set = new(netwatch.RouteSet)
+	}
+	var prev netwatch.Route
+	for i, n := 0, set.Len(); i < n; i++ {
+		r := set.At(i)
 		if err := checkRoute(r); err != nil {
 			return fmt.Errorf("%s: %w", planRouteName(v, r), err)
 		}
 		if !p.tables[ownedTable{r.Family, r.Table}] {
-			return fmt.Errorf("%s: table %v is not owned", planRouteName(v, r.Clean()), r.Table)
+			return fmt.Errorf("%s: table %v is not owned", planRouteName(v, r), r.Table)
 		}
-		return nil
-	}
-	for i := range rs {
-		if err := check(rs[i]); err != nil {
-			return err
+		if i > 0 && prev.Key() == r.Key() {
+			return fmt.Errorf("%s and %s: one key, two routes", planRouteName(v, prev), planRouteName(v, r))
 		}
+		prev = r
 	}
-	idx, err := indexByKey(rs, routeOrder)
-	if err != nil {
-		return fmt.Errorf("%s and %s: one key, two routes", planRouteName(v, err.a), planRouteName(v, err.b))
-	}
-	if set != nil {
-		clean := true
-		for r := range set.All() {
-			if err := check(r); err != nil {
-				return err
-			}
-			clean = clean && r.Clean().Equal(r)
-		}
-		if clean && len(rs) == 0 {
-			// The policy's set as it is: a second copy would double the
-			// largest part of a big pass.
-			p.want = set
-			return nil
-		}
-		p.want = new(netwatch.RouteSet)
-		for r := range set.All() {
-			p.want.Add(r.Clean())
-		}
-		for _, i := range idx {
-			r := rs[i].Clean()
-			if o, ok := p.want.Get(r.Key()); ok && !o.Matches(r) {
-				return fmt.Errorf("%s and %s: one key, two routes", planRouteName(v, o), planRouteName(v, r))
-			}
-		}
-	}
-	if p.want == nil {
-		p.want = new(netwatch.RouteSet)
-	}
-	for _, i := range idx {
-		p.want.Add(rs[i].Clean())
-	}
+	p.want = set
 	return nil
 }
 
@@ -322,6 +289,14 @@ func checkRoute(r netwatch.Route) error {
 	is4 := r.Family == netwatch.IPv4
 	if !r.Dst.IsValid() || r.Dst != r.Dst.Masked() || r.Dst.Addr().Is4() != is4 {
 		return fmt.Errorf("destination is not a masked %v prefix", r.Family)
+	}
+	switch {
+	case is4 && r.Src.IsValid():
+		// The kernel's key of an IPv4 route has no source: it ignores
+		// one, and two such routes would be one.
+		return fmt.Errorf("an IPv4 route has no source prefix (from %v): the kernel ignores it", r.Src)
+	case !is4 && r.TOS != 0:
+		return fmt.Errorf("an IPv6 route has no TOS (tos %#x): the kernel refuses it", r.TOS)
 	}
 	if r.Src.IsValid() && (r.Src != r.Src.Masked() || r.Src.Addr().Is4() != is4) {
 		return fmt.Errorf("source is not a masked %v prefix", r.Family)

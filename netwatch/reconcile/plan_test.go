@@ -89,28 +89,28 @@ func TestPlan(t *testing.T) {
 		{
 			name:  "fresh: routes, then rules",
 			state: netwatch.Snapshot{Routes: foreign, Rules: foreignRules},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr6, tr}, Rules: []netwatch.Rule{rule6, rule4}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr6, tr), Rules: []netwatch.Rule{rule6, rule4}},
 			want:  []netwatch.Op{replace(tr), replace(tr6), ruleAdd(rule4), ruleAdd(rule6)},
 		},
 		{
 			name:  "converged",
 			state: netwatch.Snapshot{Routes: append(slices.Clone(foreign), tr, tr6), Rules: append(slices.Clone(foreignRules), rule4, rule6)},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr, tr6}, Rules: []netwatch.Rule{rule4, rule6}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr, tr6), Rules: []netwatch.Rule{rule4, rule6}},
 		},
 		{
 			name: "desired duplicates collapse",
-			d:    Desired{Own: own, Routes: []netwatch.Route{tr, tr}, Rules: []netwatch.Rule{rule4, rule4}},
+			d:    Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr, tr), Rules: []netwatch.Rule{rule4, rule4}},
 			want: []netwatch.Op{replace(tr), ruleAdd(rule4)},
 		},
 		{
 			name:  "flags the kernel sets are no difference",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{linkdown}, Rules: []netwatch.Rule{rule4}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{rule4}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr), Rules: []netwatch.Rule{rule4}},
 		},
 		{
 			name:  "flags the kernel sets are stripped from what is installed",
 			state: netwatch.Snapshot{Rules: []netwatch.Rule{rule4}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{linkdown}, Rules: []netwatch.Rule{rule4}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(linkdown), Rules: []netwatch.Rule{rule4}},
 			want:  []netwatch.Op{replace(tr)},
 		},
 		{
@@ -119,21 +119,21 @@ func TestPlan(t *testing.T) {
 				r.Gateway, r.Index = netip.Addr{}, 0
 				r.NextHops = []netwatch.NextHop{{Gateway: netip.MustParseAddr("10.0.0.1"), Index: 2, Weight: 1, Flags: netwatch.RouteLinkdown | netwatch.RouteDead}, {Gateway: netip.MustParseAddr("10.0.0.2"), Index: 3, Weight: 2}}
 			})}},
-			d: Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) {
+			d: Desired{Own: own, Routes: new(netwatch.RouteSet).Add(with(tr, func(r *netwatch.Route) {
 				r.Gateway, r.Index = netip.Addr{}, 0
 				r.NextHops = []netwatch.NextHop{{Gateway: netip.MustParseAddr("10.0.0.1"), Index: 2, Weight: 1}, {Gateway: netip.MustParseAddr("10.0.0.2"), Index: 3, Weight: 2}}
-			})}},
+			}))},
 		},
 		{
 			name:  "flags a user sets are a difference",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{onlink}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr)},
 			want:  []netwatch.Op{replaceWas(tr, onlink)},
 		},
 		{
 			name:  "stale MTU, gateway and src replaced",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{stale, with(otherGW, func(r *netwatch.Route) { r.Dst = tr24.Dst }), with(noSrc, func(r *netwatch.Route) { r.Family, r.Dst, r.Metric = netwatch.IPv6, tr6.Dst, 1024 })}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr, tr24, tr6}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr, tr24, tr6)},
 			want: []netwatch.Op{
 				replaceWas(tr24, with(otherGW, func(r *netwatch.Route) { r.Dst = tr24.Dst })),
 				replaceWas(tr, stale),
@@ -143,25 +143,25 @@ func TestPlan(t *testing.T) {
 		{
 			name:  "undesired routes in owned tables deleted, nothing else",
 			state: netwatch.Snapshot{Routes: append(slices.Clone(foreign), tr, tr24, tr6), Rules: foreignRules},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr)},
 			want:  []netwatch.Op{routeDel(tr24), routeDel(tr6)},
 		},
 		{
 			name:  "an extra route appended ahead of the desired one",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{otherGW, tr}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr)},
 			want:  []netwatch.Op{routeDel(otherGW)},
 		},
 		{
 			name:  "an extra route appended behind the desired one",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{tr, otherGW}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr)},
 			want:  []netwatch.Op{routeDel(otherGW)},
 		},
 		{
 			name:  "replace the first route of a key, delete the rest",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{stale, otherGW}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr)},
 			want:  []netwatch.Op{replaceWas(tr, stale), routeDel(otherGW)},
 		},
 		{
@@ -169,13 +169,13 @@ func TestPlan(t *testing.T) {
 			// ahead of it (the delete leaves src unset, a wildcard).
 			name:  "an extra route that shadows the desired one: key rebuilt",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{tr, noSrc}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr)},
 			want:  []netwatch.Op{routeDel(tr), routeDel(noSrc), replace(tr)},
 		},
 		{
 			name:  "more specific routes first, covering routes deleted first",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Dst = netip.MustParsePrefix("10.0.0.0/8") }), with(tr24, func(r *netwatch.Route) { r.Dst = netip.MustParsePrefix("10.0.0.0/24") })}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr, tr24}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr, tr24)},
 			want: []netwatch.Op{
 				replace(tr24), replace(tr),
 				routeDel(with(tr, func(r *netwatch.Route) { r.Dst = netip.MustParsePrefix("10.0.0.0/8") })),
@@ -185,13 +185,13 @@ func TestPlan(t *testing.T) {
 		{
 			name:  "stray rule with another mark: added, then deleted",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{mark}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{rule4}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr), Rules: []netwatch.Rule{rule4}},
 			want:  []netwatch.Op{ruleAdd(rule4), ruleDel(mark)},
 		},
 		{
 			name:  "stray rule with another table: added, then deleted",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{otherTable}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{rule4}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr), Rules: []netwatch.Rule{rule4}},
 			want:  []netwatch.Op{ruleAdd(rule4), ruleDel(otherTable)},
 		},
 		{
@@ -199,7 +199,7 @@ func TestPlan(t *testing.T) {
 			// be EEXIST while the stray exists.
 			name:  "stray rule without not: deleted before the add",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{noNot}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{rule4}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr), Rules: []netwatch.Rule{rule4}},
 			want:  []netwatch.Op{ruleDel(noNot), ruleAdd(rule4)},
 		},
 		{
@@ -218,25 +218,25 @@ func TestPlan(t *testing.T) {
 			// and a delete: make before break.
 			name:  "stray rule with undecoded attributes",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{unknown}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{rule4}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr), Rules: []netwatch.Rule{rule4}},
 			want:  []netwatch.Op{ruleAdd(rule4), ruleDel(unknown)},
 		},
 		{
 			name:  "two identical rules: one deleted",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{rule4, rule4}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{rule4}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr), Rules: []netwatch.Rule{rule4}},
 			want:  []netwatch.Op{ruleDel(rule4)},
 		},
 		{
 			name:  "two identical strays: two deletes",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{mark, rule4, mark}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{rule4}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr), Rules: []netwatch.Rule{rule4}},
 			want:  []netwatch.Op{ruleDel(mark), ruleDel(mark)},
 		},
 		{
 			name:  "a stray that names less, ahead of the kept rule",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{bare, rule4}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{rule4}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr), Rules: []netwatch.Rule{rule4}},
 			want:  []netwatch.Op{ruleDel(bare)},
 		},
 		{
@@ -244,7 +244,7 @@ func TestPlan(t *testing.T) {
 			// it: the priority is rebuilt.
 			name:  "a stray that names less, behind the kept rule",
 			state: netwatch.Snapshot{Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{rule4, bare}},
-			d:     Desired{Own: own, Routes: []netwatch.Route{tr}, Rules: []netwatch.Rule{rule4}},
+			d:     Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr), Rules: []netwatch.Rule{rule4}},
 			want:  []netwatch.Op{ruleDel(rule4), ruleDel(bare), ruleAdd(rule4)},
 		},
 		{
@@ -275,7 +275,7 @@ func TestPlan(t *testing.T) {
 				Routes: []netwatch.Route{mainRoute, tr24, stale},
 				Rules:  []netwatch.Rule{mark, rule6},
 			},
-			d: Desired{Own: own, Routes: []netwatch.Route{tr, tr6}, Rules: []netwatch.Rule{rule4}, Repairs: []netwatch.Route{repaired}},
+			d: Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr, tr6), Rules: []netwatch.Rule{rule4}, Repairs: []netwatch.Route{repaired}},
 			want: []netwatch.Op{
 				replaceWas(tr, stale), replace(tr6),
 				ruleAdd(rule4),
@@ -293,26 +293,6 @@ func TestPlan(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, got, cmpNet, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("Plan (-want +got):\n%s", diff)
-			}
-			// The routes in a RouteSet, alone or split with Routes: the
-			// same plan.
-			for split := range 2 {
-				d := tt.d
-				d.RouteSet, d.Routes = new(netwatch.RouteSet), nil
-				for i, r := range tt.d.Routes {
-					if split == 1 && i%2 == 0 {
-						d.Routes = append(d.Routes, r)
-					} else {
-						d.RouteSet.Add(r)
-					}
-				}
-				got, err := Plan(tt.state.View(), d)
-				if err != nil {
-					t.Fatalf("Plan with a RouteSet (split %d): %v", split, err)
-				}
-				if diff := cmp.Diff(tt.want, got, cmpNet, cmpopts.EquateEmpty()); diff != "" {
-					t.Errorf("Plan with a RouteSet (split %d) (-want +got):\n%s", split, diff)
-				}
 			}
 			// In chunks, from the same view: the same operations in the
 			// same order, each chunk within its limit unless one group
@@ -376,25 +356,25 @@ func TestPlanInvalid(t *testing.T) {
 		d    Desired
 		want string
 	}{
-		{"route in a table not owned", Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Table = 901 })}}, "table 901 is not owned"},
-		{"route in a table owned in the other family", Desired{Own: own4, Routes: []netwatch.Route{tr6}}, "table 900 is not owned"},
+		{"route in a table not owned", Desired{Own: own, Routes: new(netwatch.RouteSet).Add(with(tr, func(r *netwatch.Route) { r.Table = 901 }))}, "table 901 is not owned"},
+		{"route in a table owned in the other family", Desired{Own: own4, Routes: new(netwatch.RouteSet).Add(tr6)}, "table 900 is not owned"},
 		{"rule at a priority not owned", Desired{Own: own, Rules: []netwatch.Rule{with(rule4, func(r *netwatch.Rule) { r.Priority = 901 })}}, "priority 901 is not owned"},
 		{"rule at a priority owned in the other family", Desired{Own: own4, Rules: []netwatch.Rule{rule6}}, "priority 900 is not owned"},
 		{"rule with the kernel's state", Desired{Own: own, Rules: []netwatch.Rule{with(rule4, func(r *netwatch.Rule) { r.State = 0x4 })}}, "state flags"},
 		{"rules the kernel cannot hold together", Desired{Own: own, Rules: []netwatch.Rule{rule4, with(rule4, func(r *netwatch.Rule) { r.Invert = false })}}, "holds only one"},
-		{"destination not masked", Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Dst = netip.MustParsePrefix("10.0.0.5/16") })}}, "not a masked"},
-		{"destination of the other family", Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Dst = tr6.Dst })}}, "not a masked"},
-		{"no family", Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Family = 0 })}}, "family"},
-		{"two routes, one key", Desired{Own: own, Routes: []netwatch.Route{tr, with(tr, func(r *netwatch.Route) { r.MTU = 1420 })}}, "one key"},
-		{"two routes, one key, in Routes and RouteSet", Desired{Own: own, Routes: []netwatch.Route{tr}, RouteSet: routeSet(with(tr, func(r *netwatch.Route) { r.MTU = 1420 }))}, "one key"},
-		{"RouteSet route in a table not owned", Desired{Own: own, RouteSet: routeSet(with(tr, func(r *netwatch.Route) { r.Table = 901 }))}, "table 901 is not owned"},
-		{"RouteSet route without a family", Desired{Own: own, RouteSet: routeSet(with(tr, func(r *netwatch.Route) { r.Family = 0 }))}, "family"},
-		{"RouteSet route not masked", Desired{Own: own, RouteSet: routeSet(with(tr, func(r *netwatch.Route) { r.Dst = netip.MustParsePrefix("10.0.0.5/16") }))}, "not a masked"},
+		{"destination not masked", Desired{Own: own, Routes: new(netwatch.RouteSet).Add(with(tr, func(r *netwatch.Route) { r.Dst = netip.MustParsePrefix("10.0.0.5/16") }))}, "not a masked"},
+		{"destination of the other family", Desired{Own: own, Routes: new(netwatch.RouteSet).Add(with(tr, func(r *netwatch.Route) { r.Dst = tr6.Dst }))}, "not a masked"},
+		{"no family", Desired{Own: own, Routes: new(netwatch.RouteSet).Add(with(tr, func(r *netwatch.Route) { r.Family = 0 }))}, "family"},
+		{"two routes, one key", Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr, with(tr, func(r *netwatch.Route) { r.MTU = 1420 }))}, "one key"},
+		{"two routes, one key, the second IPv6's metric 0", Desired{Own: own, Routes: new(netwatch.RouteSet).Add(with(tr6, func(r *netwatch.Route) { r.Metric = 1024 }), with(tr6, func(r *netwatch.Route) { r.Metric, r.MTU = 0, 1420 }))}, "one key"},
+		{"two routes, one key, added apart", Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr, tr6, with(tr, func(r *netwatch.Route) { r.MTU = 1420 }), tr6)}, "one key"},
+		{"IPv4 routes that differ in their source", Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr, with(tr, func(r *netwatch.Route) { r.Src = netip.MustParsePrefix("10.9.0.0/16") }))}, "no source prefix (from 10.9.0.0/16)"},
+		{"IPv6 routes that differ in their TOS", Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr6, with(tr6, func(r *netwatch.Route) { r.TOS = 4 }))}, "no TOS (tos 0x4)"},
 		{"repair in an owned table", Desired{Own: own, Repairs: []netwatch.Route{tr}}, "is owned"},
 		{"two repairs, one key", Desired{Own: own, Repairs: []netwatch.Route{mainRoute, with(mainRoute, func(r *netwatch.Route) { r.MTU = 1 })}}, "one key"},
 		{"owned table without a family", Desired{Own: Owned{tables: []ownedTable{{0, 900}}}}, "family"},
-		{"route without a type", Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Type = 0 })}}, "Type is not set (netwatch.RouteUnicast"},
-		{"unicast route without a next hop", Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Index, r.Gateway = 0, netip.Addr{} })}}, "needs a next hop: set Index"},
+		{"route without a type", Desired{Own: own, Routes: new(netwatch.RouteSet).Add(with(tr, func(r *netwatch.Route) { r.Type = 0 }))}, "Type is not set (netwatch.RouteUnicast"},
+		{"unicast route without a next hop", Desired{Own: own, Routes: new(netwatch.RouteSet).Add(with(tr, func(r *netwatch.Route) { r.Index, r.Gateway = 0, netip.Addr{} }))}, "needs a next hop: set Index"},
 		{"repair without a type", Desired{Own: own, Repairs: []netwatch.Route{with(mainRoute, func(r *netwatch.Route) { r.Type = 0 })}}, "Type is not set"},
 		{"rule without an action", Desired{Own: own, Rules: []netwatch.Rule{with(rule4, func(r *netwatch.Rule) { r.Action = 0 })}}, "Action is not set"},
 		{"lookup rule without a table", Desired{Own: own, Rules: []netwatch.Rule{with(rule4, func(r *netwatch.Rule) { r.Table = 0 })}}, "Table is not set"},
@@ -411,15 +391,6 @@ func TestPlanInvalid(t *testing.T) {
 			}
 		})
 	}
-}
-
-// routeSet returns a RouteSet of rs.
-func routeSet(rs ...netwatch.Route) *netwatch.RouteSet {
-	s := new(netwatch.RouteSet)
-	for _, r := range rs {
-		s.Add(r)
-	}
-	return s
 }
 
 // TestPlanRuleModel pins the model to what the kernel was seen to do
@@ -476,7 +447,7 @@ func TestPlanScope(t *testing.T) {
 		prios := []uint32{900, 901, 1, 100, 32766}
 		ownT := ownedTable{rapid.SampledFrom([]netwatch.Family{netwatch.IPv4, netwatch.IPv6}).Draw(t, "ownFamily"), 900}
 		ownP := ownedPriority{rapid.SampledFrom([]netwatch.Family{netwatch.IPv4, netwatch.IPv6}).Draw(t, "ownPrioFamily"), 900}
-		d := Desired{Own: Owned{tables: []ownedTable{ownT}, prios: []ownedPriority{ownP}}}
+		d := Desired{Own: Owned{tables: []ownedTable{ownT}, prios: []ownedPriority{ownP}}, Routes: new(netwatch.RouteSet)}
 
 		genRoute := func(t *rapid.T, label string, table netwatch.Table, fam netwatch.Family) netwatch.Route {
 			r := netwatch.Route{Family: fam, Table: table, Type: netwatch.RouteUnicast, Index: rapid.Uint32Range(1, 3).Draw(t, label+"Index")}
@@ -524,7 +495,7 @@ func TestPlanScope(t *testing.T) {
 			r = r.Clean()
 			if !keys[r.Key()] {
 				keys[r.Key()] = true
-				d.Routes = append(d.Routes, r)
+				d.Routes.Add(r)
 			}
 		}
 		if rapid.Bool().Draw(t, "wantRule") {
@@ -601,22 +572,22 @@ func TestOwn(t *testing.T) {
 // replace at 1024 when it is not, one route with one at 1024.
 func TestPlanIPv6MetricZero(t *testing.T) {
 	zero := with(tr6, func(r *netwatch.Route) { r.Metric = 0 })
-	ops, err := Plan(netwatch.Snapshot{Routes: []netwatch.Route{tr6}}.View(), Desired{Own: own, Routes: []netwatch.Route{zero}})
+	ops, err := Plan(netwatch.Snapshot{Routes: []netwatch.Route{tr6}}.View(), Desired{Own: own, Routes: new(netwatch.RouteSet).Add(zero)})
 	if err != nil || len(ops) != 0 {
 		t.Errorf("Plan with the route at 1024 = %v, %v; want nothing", ops, err)
 	}
-	ops, err = Plan(netwatch.Snapshot{}.View(), Desired{Own: own, Routes: []netwatch.Route{zero}})
+	ops, err = Plan(netwatch.Snapshot{}.View(), Desired{Own: own, Routes: new(netwatch.RouteSet).Add(zero)})
 	if err != nil || !cmp.Equal(ops, []netwatch.Op{replace(tr6)}, cmpNet) {
 		t.Errorf("Plan on an empty table = %v, %v; want %v", ops, err, []netwatch.Op{replace(tr6)})
 	}
 	// IPv4's metric 0 is its own.
 	tr0 := with(tr, func(r *netwatch.Route) { r.Metric = 0 })
-	ops, err = Plan(netwatch.Snapshot{}.View(), Desired{Own: own, Routes: []netwatch.Route{tr0}})
+	ops, err = Plan(netwatch.Snapshot{}.View(), Desired{Own: own, Routes: new(netwatch.RouteSet).Add(tr0)})
 	if err != nil || !cmp.Equal(ops, []netwatch.Op{replace(tr0)}, cmpNet) {
 		t.Errorf("Plan of an IPv4 route at metric 0 = %v, %v; want it at 0", ops, err)
 	}
 	// Both in one Desired are one route.
-	ops, err = Plan(netwatch.Snapshot{}.View(), Desired{Own: own, Routes: []netwatch.Route{zero, tr6}})
+	ops, err = Plan(netwatch.Snapshot{}.View(), Desired{Own: own, Routes: new(netwatch.RouteSet).Add(zero, tr6)})
 	if err != nil || len(ops) != 1 {
 		t.Errorf("Plan of metric 0 and 1024 = %v, %v; want one replace", ops, err)
 	}
@@ -626,7 +597,7 @@ func TestPlanIPv6MetricZero(t *testing.T) {
 // names, as the log lines do.
 func TestPlanErrorNamesLinks(t *testing.T) {
 	s := netwatch.Snapshot{Links: []netwatch.Link{{Index: 2, Name: "enp7s0", MTU: 1450, Flags: netwatch.LinkUp}}}
-	_, err := Plan(s.View(), Desired{Own: own, Routes: []netwatch.Route{with(tr, func(r *netwatch.Route) { r.Table = 901 })}})
+	_, err := Plan(s.View(), Desired{Own: own, Routes: new(netwatch.RouteSet).Add(with(tr, func(r *netwatch.Route) { r.Table = 901 }))})
 	var pe *PlanError
 	if !errors.As(err, &pe) {
 		t.Fatalf("Plan: %v, want a *PlanError", err)

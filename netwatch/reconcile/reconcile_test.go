@@ -35,9 +35,9 @@ func tunnelPolicy(eth uint32) func(netwatch.View) (Desired, bool) {
 		if !ok {
 			return Desired{}, false
 		}
-		d := Desired{Own: Own(900, 900)}
+		d := Desired{Own: Own(900, 900), Routes: new(netwatch.RouteSet)}
 		for _, dst := range []string{"10.0.0.0/16", "10.1.0.0/16"} {
-			d.Routes = append(d.Routes, netwatch.Route{Family: netwatch.IPv4, Table: 900, Dst: netip.MustParsePrefix(dst),
+			d.Routes.Add(netwatch.Route{Family: netwatch.IPv4, Table: 900, Dst: netip.MustParsePrefix(dst),
 				Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth, PrefSrc: netip.MustParseAddr("10.0.0.5"),
 				MTU: wg.MTU, Protocol: 77, Scope: netwatch.ScopeUniverse, Type: netwatch.RouteUnicast})
 		}
@@ -632,9 +632,9 @@ func TestReconcilerFlushIsOneFight(t *testing.T) {
 	k, eth := fakeHost(t)
 	const n = 30
 	policy := func(v netwatch.View) (Desired, bool) {
-		d := Desired{Own: Own(900, 0)}
+		d := Desired{Own: Own(900, 0), Routes: new(netwatch.RouteSet)}
 		for i := range n {
-			d.Routes = append(d.Routes, netwatch.Route{Family: netwatch.IPv4, Table: 900,
+			d.Routes.Add(netwatch.Route{Family: netwatch.IPv4, Table: 900,
 				Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 50, byte(i), 0}), 24), Gateway: netip.MustParseAddr("10.0.0.1"),
 				Index: eth, Protocol: 77, Type: netwatch.RouteUnicast})
 		}

@@ -21,9 +21,9 @@ import (
 // rejectPolicy wants, in table 900, a route of each reject type in each
 // family, written as an embedder writes them: no output link.
 func rejectPolicy(v netwatch.View) (Desired, bool) {
-	d := Desired{Own: Own(900, 0)}
+	d := Desired{Own: Own(900, 0), Routes: new(netwatch.RouteSet)}
 	for i, typ := range []netwatch.RouteType{netwatch.RouteUnreachable, netwatch.RouteThrow, netwatch.RouteBlackhole, netwatch.RouteProhibit} {
-		d.Routes = append(d.Routes,
+		d.Routes.Add(
 			netwatch.Route{Family: netwatch.IPv4, Table: 900, Dst: netip.MustParsePrefix(fmt.Sprintf("10.93.%d.0/24", i)), Type: typ, Protocol: 77},
 			netwatch.Route{Family: netwatch.IPv6, Table: 900, Dst: netip.MustParsePrefix(fmt.Sprintf("fd93:%d::/64", i)), Type: typ, Protocol: 77})
 	}
@@ -124,8 +124,8 @@ func TestReconcilerWarnsWhenKernelKeepsOtherwise(t *testing.T) {
 	passes := make(chan Pass, 100)
 	r := &Reconciler{Watcher: w, Applier: a, Logger: slog.New(slog.NewTextHandler(&log, nil)),
 		Policy: func(v netwatch.View) (Desired, bool) {
-			return Desired{Own: Own(900, 0), Routes: []netwatch.Route{{Family: netwatch.IPv6, Table: 900,
-				Dst: netip.MustParsePrefix("fd94::/64"), Index: eth, Scope: netwatch.ScopeLink, Type: netwatch.RouteUnicast, Protocol: 77}}}, true
+			return Desired{Own: Own(900, 0), Routes: new(netwatch.RouteSet).Add(netwatch.Route{Family: netwatch.IPv6, Table: 900,
+				Dst: netip.MustParsePrefix("fd94::/64"), Index: eth, Scope: netwatch.ScopeLink, Type: netwatch.RouteUnicast, Protocol: 77})}, true
 		},
 		OnPass: func(p Pass) {
 			if len(p.Applied) > 0 {
@@ -161,9 +161,9 @@ func TestOnceStopsWhenCanceledMidPass(t *testing.T) {
 	k, eth, w, a := fakeHostWatched(t)
 	const n = 2500 // three chunks
 	policy := func(netwatch.View) (Desired, bool) {
-		d := Desired{Own: Own(900, 0), RouteSet: new(netwatch.RouteSet)}
+		d := Desired{Own: Own(900, 0), Routes: new(netwatch.RouteSet)}
 		for i := range n {
-			d.RouteSet.Add(netwatch.Route{Family: netwatch.IPv4, Table: 900, Type: netwatch.RouteUnicast, Index: eth, Protocol: 77,
+			d.Routes.Add(netwatch.Route{Family: netwatch.IPv4, Table: 900, Type: netwatch.RouteUnicast, Index: eth, Protocol: 77,
 				Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{11, byte(i >> 8), byte(i), 0}), 24)})
 		}
 		return d, true
