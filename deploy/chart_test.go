@@ -35,6 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
+	kusttypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
@@ -177,10 +178,11 @@ func mustRenderChart(t *testing.T, vals map[string]any) []object {
 
 // kustomizeOpts are the overlays kustomizeObjects puts beside deploy/.
 type kustomizeOpts struct {
-	monitoring     bool   // the monitoring component
-	nodeCondition  bool   // the node-condition component
-	digest         string // an images entry's digest (kustomize edit set image …@digest)
-	maxUnavailable any    // the pace patch's value, in place of kustomization.yaml's
+	monitoring     bool             // the monitoring component
+	nodeCondition  bool             // the node-condition component
+	digest         string           // an images entry's digest (kustomize edit set image …@digest)
+	maxUnavailable any              // the pace patch's value, in place of kustomization.yaml's
+	image          *kusttypes.Image // the images entry, in place of kustomization.yaml's (what `kustomize edit set image` writes)
 	// namePrefix and nameSuffix: the overlay's renames.
 	namePrefix, nameSuffix string
 }
@@ -195,8 +197,11 @@ func kustomizeObjects(t *testing.T, o kustomizeOpts) []object {
 	for _, f := range append([]string{"kustomization.yaml"}, base.Resources...) {
 		copyInto(t, fs, f, "/repo/deploy/"+f)
 	}
-	if o.digest != "" || o.maxUnavailable != nil {
+	if o.digest != "" || o.maxUnavailable != nil || o.image != nil {
 		k := base
+		if o.image != nil {
+			k.Images = []kusttypes.Image{*o.image}
+		}
 		if o.digest != "" {
 			k.Images = slices.Clone(k.Images)
 			k.Images[0].Digest = o.digest
