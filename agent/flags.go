@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/marksplit/marksplit/internal/kubewatch"
 	"github.com/marksplit/marksplit/internal/neighbours"
@@ -71,6 +72,9 @@ type options struct {
 	// uninstallConfigMap names the uninstall switch; "" for none.
 	uninstallConfigMap string
 	nodeCondition      string // the Node condition's type; "" for none (condition_linux.go)
+	// wireguardLink is --wireguard-link (flags_mesh.go); "" for none.
+	wireguardLink string
+	wireguardPoll time.Duration
 	// ciliumNamespace and ciliumConfigMap name Cilium's cilium-config, read
 	// for encrypt-node with --encryption=auto (nodeencryption_linux.go).
 	ciliumNamespace, ciliumConfigMap string
@@ -107,7 +111,9 @@ Usage:
                               ask the running agent whether it is alive and synced
                               (--ready: whether a pass converged); exit 0 when it is
 
-One of --peers=auto, --prefix or --underlay-link is required. --peers=auto
+One of --peers=auto, --prefix, --underlay-link or --wireguard-link is required.
+--wireguard-link (a WireGuard mesh without Cilium: the device's peers) goes
+alone, and needs no API. --peers=auto
 (from every CiliumNode: exactly the encrypting peers) needs the Kubernetes API
 and goes alone; --prefix and --underlay-link (which may be combined) do not.
 
@@ -153,14 +159,19 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 	if o.version {
 		return o, nil
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := checkMesh(&o, set); err != nil {
+		return o, err
+	}
 	switch {
-	case !o.policy.Peers && len(o.policy.Prefixes) == 0 && o.policy.UnderlayLink == "":
-		return o, usageErrorf("one of --peers=auto, --prefix or --underlay-link is required")
+	case !o.policy.Peers && !o.policy.Mesh && len(o.policy.Prefixes) == 0 && o.policy.UnderlayLink == "":
+		return o, usageErrorf("one of --peers=auto, --prefix, --underlay-link or --wireguard-link is required")
 	case o.policy.Peers && (len(o.policy.Prefixes) > 0 || o.policy.UnderlayLink != ""):
 		return o, usageErrorf("--peers=auto chooses what to split by itself: give it without --prefix and --underlay-link")
 	}
-	if len(o.pathMTU) > 0 && !o.policy.Peers {
-		return o, usageErrorf("--path-mtu sets the MTU of each peer's host route: it needs --peers=auto")
+	if len(o.pathMTU) > 0 && !o.policy.Peers && !o.policy.Mesh {
+		return o, usageErrorf("--path-mtu sets the MTU of each peer's host route: it needs --peers=auto (or --wireguard-link: by the peer's endpoint)")
 	}
 	if err := o.policy.Validate(); err != nil {
 		return o, usageErrorf("%s", strings.TrimPrefix(err.Error(), "mtupolicy: "))
@@ -263,6 +274,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.nodeCondition, "node-condition", "", "`type` of a condition run sets on its own Node: True when the split is in place or not needed, False with a reason (e.g. MarkSplitReady); needs the API from a pod and $NODE_NAME; empty disables")
 	fs.StringVar(&o.healthSocket, "health-socket", defaultHealthSocket, "unix `socket` that `marksplit health` (the kubelet's exec probes) asks with run; its directory is made 0700 and must be root's; empty disables")
 	fs.Var(&o.pathMTU, "path-mtu", "`CIDR=BYTES` (repeatable): the path to the peers inside CIDR carries packets of BYTES (the longest prefix wins); their host routes get the inner MTU that leaves for WireGuard, floor16(BYTES-60) on IPv4, floor16(BYTES-80) on IPv6, never above the tunnel's; with --peers=auto")
+	meshFlags(fs, o)
 	if o.cmd == cmdVerify {
 		fs.Var(addrValue{&o.peer}, "peer", "`address` to ask the kernel about (verify)")
 	}

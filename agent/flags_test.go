@@ -5,8 +5,10 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/marksplit/marksplit/internal/wgpeers"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 )
@@ -92,6 +94,16 @@ func TestParseArgs(t *testing.T) {
 			want: options{cmd: cmdCleanup, policy: withPeers, encryption: encAuto, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap, healthSocket: defaultHealthSocket},
 		},
 		{
+			name: "a WireGuard mesh: the device names the link, auto is on, nothing is repaired",
+			args: []string{"once", "--wireguard-link=wg0", "--wireguard-poll=250ms"},
+			want: func() options {
+				p := mtupolicy.DefaultConfig()
+				p.Mesh, p.TunnelLink, p.Repair = true, "wg0", false
+				return options{cmd: cmdOnce, policy: p, encryption: encOn, metricsAddr: defaultMetricsAddr, logFormat: "text",
+					uninstallConfigMap: defaultUninstallConfigMap, healthSocket: defaultHealthSocket, wireguardLink: "wg0", wireguardPoll: 250 * time.Millisecond}
+			}(),
+		},
+		{
 			name: "cleanup",
 			args: []string{"cleanup", "--prefix=10.0.0.0/16"},
 			want: options{cmd: cmdCleanup, policy: withPrefix, encryption: encAuto, metricsAddr: defaultMetricsAddr, logFormat: "text", uninstallConfigMap: defaultUninstallConfigMap, healthSocket: defaultHealthSocket},
@@ -105,6 +117,9 @@ func TestParseArgs(t *testing.T) {
 			}
 			if tt.want.ciliumNamespace == "" { // the defaults, in every case
 				tt.want.ciliumNamespace, tt.want.ciliumConfigMap = defaultCiliumNamespace, defaultCiliumConfigMap
+			}
+			if tt.want.wireguardPoll == 0 {
+				tt.want.wireguardPoll = wgpeers.DefaultInterval
 			}
 			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(options{}), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b }),
 				cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
@@ -123,10 +138,18 @@ func TestBadFlagsExit2(t *testing.T) {
 		args []string
 		want string // in the one line
 	}{
-		{nil, "one of --peers=auto, --prefix or --underlay-link is required"},
-		{[]string{"once"}, "one of --peers=auto, --prefix or --underlay-link is required"},
-		{[]string{"--peers="}, "one of --peers=auto, --prefix or --underlay-link is required"},
+		{nil, "one of --peers=auto, --prefix, --underlay-link or --wireguard-link is required"},
+		{[]string{"once"}, "one of --peers=auto, --prefix, --underlay-link or --wireguard-link is required"},
+		{[]string{"--peers="}, "one of --peers=auto, --prefix, --underlay-link or --wireguard-link is required"},
 		{[]string{"--peers=yes"}, `invalid value "yes" for flag -peers: want auto`},
+		{[]string{"--wireguard-link=wg0", "--peers=auto"}, "--wireguard-link reads what to split, the link and the mark from the WireGuard device: give it without --peers"},
+		{[]string{"--wireguard-link=wg0", "--prefix=10.0.0.0/16"}, "give it without --prefix"},
+		{[]string{"--wireguard-link=wg0", "--underlay-link=enp7s0"}, "give it without --underlay-link"},
+		{[]string{"--wireguard-link=wg0", "--tunnel-link=wg1"}, "give it without --tunnel-link"},
+		{[]string{"--wireguard-link=wg0", "--mark=0x1e00/0xffffffff"}, "give it without --mark"},
+		{[]string{"--wireguard-link=wg0", "--wireguard-poll=10ms"}, "--wireguard-poll 10ms: at least 100ms"},
+		{[]string{"--prefix=10.0.0.0/16", "--wireguard-poll=1s", "--encryption=on"}, "--wireguard-poll goes with --wireguard-link"},
+		{[]string{"verify", "--wireguard-link=wg0", "--peer=10.244.9.1"}, "verify does not know the --wireguard-link device's fwmark yet"},
 		{[]string{"--peers=auto", "--prefix=10.0.0.0/16", "--node-name=n1"}, "--peers=auto chooses what to split by itself: give it without --prefix and --underlay-link"},
 		{[]string{"once", "--peers=auto", "--underlay-link=enp7s0", "--encryption=on"}, "give it without --prefix and --underlay-link"},
 		{[]string{"--peers=auto", "--encryption=on"}, "--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers"},

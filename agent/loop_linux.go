@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/marksplit/marksplit/internal/pathmtu"
+	"github.com/marksplit/marksplit/internal/wgpeers"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
@@ -26,6 +27,9 @@ type loop struct {
 	// peers is the peer set with --peers=auto; nil until the first list
 	// of the CiliumNodes (peers_linux.go).
 	peers atomic.Pointer[peerSet]
+	// mesh is the --wireguard-link device; nil until its first read
+	// (mesh_linux.go).
+	mesh atomic.Pointer[wgpeers.Device]
 	// uninstall is the uninstall switch's switchState (uninstall_linux.go).
 	uninstall atomic.Int32
 	// nodeEncryption is what cilium-config says of node encryption with
@@ -98,9 +102,12 @@ func (l *loop) policy(v netwatch.View) (d reconcile.Desired, ok bool) {
 	if !known {
 		return reconcile.Desired{}, false
 	}
-	if l.cfg.Peers {
+	switch {
+	case l.cfg.Mesh:
+		d, ok = l.meshPolicy(v, mode)
+	case l.cfg.Peers:
 		d, ok = l.peerPolicy(v, mode)
-	} else {
+	default:
 		d, ok = mtupolicy.Desired(v, l.cfg, mode)
 	}
 	l.ev.policy(v, mode, ok)

@@ -184,6 +184,8 @@ type sources struct {
 	// nodeEnc follows cilium-config's encrypt-node; nil unless
 	// --encryption=auto.
 	nodeEnc *nodeEncryption
+	// mesh reads the --wireguard-link device; nil without it.
+	mesh *meshSource
 }
 
 func newSources(o options, log *slog.Logger) (*sources, error) {
@@ -207,6 +209,7 @@ func newSources(o options, log *slog.Logger) (*sources, error) {
 	if s.nodeEnc, err = newNodeEncryption(o, log); err != nil {
 		return nil, err
 	}
+	s.mesh = newMeshSource(o, log)
 	return s, nil
 }
 
@@ -226,6 +229,8 @@ func (s *sources) start(ctx context.Context, g *group, l *loop) <-chan struct{} 
 			return
 		case l.standingDown() != "": // off too
 		case needMode && l.Mode() == mtupolicy.ModeUnknown || s.peers != nil && !l.peersKnown():
+			return
+		case s.mesh != nil && !l.meshKnown():
 			return
 		}
 		once.Do(func() { close(known) })
@@ -250,6 +255,9 @@ func (s *sources) start(ctx context.Context, g *group, l *loop) <-chan struct{} 
 	if s.peers != nil {
 		g.Go(func() { s.peers.run(ctx, l, check) })
 	}
+	if s.mesh != nil {
+		g.Go(func() { s.mesh.run(ctx, l, check) })
+	}
 	return known
 }
 
@@ -260,6 +268,8 @@ func (s *sources) waiting() string {
 		return "node encryption (" + s.nodeEnc.what + ") or the uninstall switch not read, or no encryption mode or list of the CiliumNodes"
 	case s.uninstall != nil:
 		return "the uninstall switch not read, or no encryption mode or list of the CiliumNodes"
+	case s.mesh != nil:
+		return "no read of the WireGuard device " + s.mesh.src.Link
 	case s.peers != nil && s.peers.deriveMode:
 		return "no list of the CiliumNodes with this node in it"
 	case s.peers != nil && s.mode != nil:

@@ -100,7 +100,9 @@ func TestDiff(t *testing.T) {
 	roamed.Endpoint = netip.MustParseAddrPort("10.0.1.9:4000")
 	moved := a
 	moved.AllowedIPs = []netip.Prefix{netip.MustParsePrefix("10.244.9.0/25"), netip.MustParsePrefix("10.244.10.0/24")}
-	dev := func(mark uint32, ps ...Peer) Device { return Device{Exists: true, FirewallMark: netwatchMark(mark), Peers: ps} }
+	dev := func(mark uint32, ps ...Peer) Device {
+		return Device{Exists: true, FirewallMark: netwatchMark(mark), Peers: ps}
+	}
 	ka, kb := Key(key(1)).String(), Key(key(2)).String()
 	for _, tc := range []struct {
 		name       string
