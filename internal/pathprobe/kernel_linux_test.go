@@ -119,7 +119,12 @@ func (w *world) prober(t *testing.T, cfg Config) *Prober {
 // size that has not arrived when its marker does is lost.
 func (w *world) passes(t *testing.T, srcPort, lo, hi int) int {
 	t.Helper()
-	sink := listen(t, w.peer, 9999)
+	return w.passesTo(t, netip.AddrPortFrom(worldPeer, 9999), srcPort, lo, hi)
+}
+
+func (w *world) passesTo(t *testing.T, dst netip.AddrPort, srcPort, lo, hi int) int {
+	t.Helper()
+	sink := listen(t, w.peer, int(dst.Port()))
 	var src *net.UDPConn
 	err := w.node.Do(func() error {
 		var lc net.ListenConfig
@@ -156,7 +161,6 @@ func (w *world) passes(t *testing.T, srcPort, lo, hi int) int {
 			sizes <- n + 28
 		}
 	}()
-	dst := netip.AddrPortFrom(worldPeer, 9999)
 	arrives := func(size int) bool {
 		if _, err := src.WriteToUDPAddrPort(make([]byte, size-28), dst); err != nil && !lost(err) {
 			t.Fatal(err)
@@ -347,4 +351,90 @@ func TestKernelUnreachable(t *testing.T) {
 			t.Errorf("via %q, want %q", res.Via, ViaICMPEcho)
 		}
 	})
+}
+
+// TestKernelECMP: the router spreads flows (hashed on ports) over two
+// legs to the peer, one a silent black hole at 1300. The search, from
+// source ports on both legs, finds the small leg's size.
+func TestKernelECMP(t *testing.T) {
+	w := newWorld(t)
+	target := netip.MustParseAddr("10.9.0.1")
+	w.peer.IP(t, "addr", "add", "10.9.0.1/32", "dev", "lo")
+	w.peer.AddVeth(t, "p1", w.router, "r2")
+	w.router.IP(t, "addr", "add", "10.3.0.2/24", "dev", "r2")
+	w.router.IP(t, "link", "set", "r2", "up")
+	w.peer.IP(t, "addr", "add", "10.3.0.1/24", "dev", "p1")
+	w.peer.IP(t, "link", "set", "p1", "mtu", "1300", "up")
+	for _, ifc := range []string{"all", "default", "p0", "p1"} {
+		sysctl(t, w.peer, "net/ipv4/conf/"+ifc+"/rp_filter", "0")
+	}
+	sysctl(t, w.router, "net/ipv4/fib_multipath_hash_policy", "1")
+	w.router.IP(t, "route", "add", "10.9.0.1/32", "nexthop", "via", "10.2.0.1", "dev", "r1", "nexthop", "via", "10.3.0.1", "dev", "r2")
+
+	// Which leg does each source port take? Count p1's packets around one
+	// datagram from it (after one round of all, so that ARP is done).
+	send := func(port int) {
+		err := w.node.Do(func() error {
+			c, err := net.ListenUDP("udp4", &net.UDPAddr{Port: port})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.WriteToUDPAddrPort([]byte{1}, netip.AddrPortFrom(target, DefaultPort))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var small, big []uint16
+	for port := 41000; port < 41032; port++ {
+		send(port)
+	}
+	for port := 41000; port < 41032 && (len(small) < 2 || len(big) < 2); port++ {
+		before := rxPackets(t, w.peer, "p1")
+		send(port)
+		if rxPackets(t, w.peer, "p1") > before {
+			small = append(small, uint16(port))
+		} else {
+			big = append(big, uint16(port))
+		}
+	}
+	if len(small) < 2 || len(big) < 2 {
+		t.Fatalf("32 ports: %d on the small leg, %d on the other: the router does not hash on ports", len(small), len(big))
+	}
+	t.Logf("ports on the small leg %v, on the full one %v", small, big)
+
+	// The flows the probes will be (to the responder's port), before the
+	// responder takes it.
+	truth := w.passesTo(t, netip.AddrPortFrom(target, DefaultPort), int(small[0]), 1200, worldMax)
+	full := w.passesTo(t, netip.AddrPortFrom(target, DefaultPort), int(big[0]), 1200, worldMax)
+	w.serve(t, func(netip.Addr) bool { return true })
+	if truth >= full {
+		t.Fatalf("the legs pass %d and %d: not an ECMP pair with a small leg", truth, full)
+	}
+	p := w.prober(t, Config{Mark: 0xe00, SourcePorts: []uint16{big[0], small[0], big[1], small[1]}})
+	res, err := p.Search(t.Context(), target, worldMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("found %+v; the small leg passes %d, the other %d", res, truth, full)
+	checkFound(t, res, truth)
+}
+
+// rxPackets is the packets link dev in ns has received.
+func rxPackets(t *testing.T, ns *netwatchtest.NetNS, dev string) int {
+	t.Helper()
+	var links []struct {
+		Stats struct {
+			RX struct {
+				Packets int `json:"packets"`
+			} `json:"rx"`
+		} `json:"stats64"`
+	}
+	ns.IPJSON(t, &links, "-s", "link", "show", "dev", dev)
+	if len(links) != 1 {
+		t.Fatalf("ip -s link show dev %s: %d links", dev, len(links))
+	}
+	return links[0].Stats.RX.Packets
 }
