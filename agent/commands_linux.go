@@ -235,6 +235,10 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		w.Run(ctx)
 	})
 	srcs.start(ctx, &g, l)
+	if o.policy.Peers && o.pathLearn {
+		lr := newLearner(l)
+		g.Go(func() { lr.run(ctx) })
+	}
 	if l.ev != nil {
 		g.Go(func() { l.ev.rec.Run(ctx) })
 	}

@@ -82,6 +82,9 @@ type options struct {
 	// pathMTU holds the operator's path MTUs (--path-mtu), by prefix of
 	// the peers' addresses (pathmtu_linux.go).
 	pathMTU pathmtu.DeclaredList
+	// pathLearn learns the peers' path MTUs from the kernel's PMTU
+	// exceptions (pathlearn_linux.go).
+	pathLearn bool
 }
 
 // usageError is a bad command line: the agent prints it in one line and
@@ -275,6 +278,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.healthSocket, "health-socket", defaultHealthSocket, "unix `socket` that `marksplit health` (the kubelet's exec probes) asks with run; its directory is made 0700 and must be root's; empty disables")
 	fs.Var(&o.pathMTU, "path-mtu", "`CIDR=BYTES` (repeatable): the path to the peers inside CIDR carries packets of BYTES (the longest prefix wins); their host routes get the inner MTU that leaves for WireGuard, floor16(BYTES-60) on IPv4, floor16(BYTES-80) on IPv6, never above the tunnel's; with --peers=auto")
 	meshFlags(fs, o)
+	fs.BoolVar(&o.pathLearn, "path-mtu-learn", true, "with --peers=auto and run: learn each peer's path MTU from the PMTU exceptions the kernel records from ICMP (read when the ICMP counters rise; kernel >= 5.3); false disables")
 	if o.cmd == cmdVerify {
 		fs.Var(addrValue{&o.peer}, "peer", "`address` to ask the kernel about (verify)")
 	}
