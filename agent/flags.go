@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/marksplit/marksplit/internal/kubewatch"
-	"github.com/marksplit/marksplit/internal/neighbours"
 	"github.com/marksplit/marksplit/internal/pathmtu"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
@@ -179,7 +178,7 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 	if err := o.policy.Validate(); err != nil {
 		return o, usageErrorf("%s", strings.TrimPrefix(err.Error(), "mtupolicy: "))
 	}
-	for _, n := range []string{neighbours.Table(uint32(o.policy.Table)), neighbours.Priority(o.policy.Priority)} {
+	for _, n := range []string{reconcile.OwnTable(o.policy.Table).Shared(), reconcile.OwnPriority(o.policy.Priority).Shared()} {
 		if n != "" && !o.allowShared {
 			return o, usageErrorf("%s: the agent would remove what is there; choose another, or add --allow-shared", n)
 		}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/marksplit/marksplit/internal/kubewatch"
-	"github.com/marksplit/marksplit/internal/neighbours"
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
 	monv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
@@ -948,7 +947,7 @@ func TestChartAgreesWithAgent(t *testing.T) {
 			var v reconcile.OwnTable
 			err := v.Set(strconv.FormatUint(n, 10))
 			if err == nil && !shared {
-				err = neighbour(neighbours.Table(uint32(v)))
+				err = neighbour(v.Shared())
 			}
 			agree(t, fmt.Sprintf("table %d, allowShared %v", n, shared), map[string]any{"table": n, "allowShared": shared}, err)
 		}
@@ -956,7 +955,7 @@ func TestChartAgreesWithAgent(t *testing.T) {
 			var v reconcile.OwnPriority
 			err := v.Set(strconv.FormatUint(n, 10))
 			if err == nil && !shared {
-				err = neighbour(neighbours.Priority(uint32(v)))
+				err = neighbour(v.Shared())
 			}
 			agree(t, fmt.Sprintf("priority %d, allowShared %v", n, shared), map[string]any{"priority": n, "allowShared": shared}, err)
 		}

@@ -44,8 +44,14 @@ type Program struct {
 	// is the process's own.
 	NetNS string
 	// Resync is --resync: how often the kernel's state is re-read as a
-	// safety net (0 never). Its default is 5 minutes unless set before Flags.
+	// safety net (0 never, else at least 10 s: a re-read of a full table
+	// takes seconds). Its default is 5 minutes unless set before Flags.
 	Resync time.Duration
+	// AllowShared lets the program own a table or priority that a known
+	// program keeps for itself (OwnTable.Shared, OwnPriority.Shared), which
+	// Run otherwise refuses: owning Cilium's table 2004 removes Cilium's
+	// routes there.
+	AllowShared bool
 	// Cache names the route tables the policy reads besides Table (such
 	// as netwatch.TableMain); the cache holds no others.
 	Cache []netwatch.Table
@@ -56,6 +62,10 @@ type Program struct {
 
 	fs *flag.FlagSet
 }
+
+// minResync is the shortest period of --resync: a re-read of a full
+// table takes seconds, and one every nanosecond burnt a core for ever.
+const minResync = 10 * time.Second
 
 // Flags returns the program's flag set, holding --table, --priority,
 // --protocol, --netns and --resync; a program adds its own to it before
@@ -73,7 +83,7 @@ func (p *Program) Flags() *flag.FlagSet {
 	fs.Var(&p.Priority, "priority", "rule `priority` owned by "+p.Name+", every rule at it, both families: 1 to 32765")
 	fs.Var(&p.Protocol, "protocol", "routing `protocol` stamped on what "+p.Name+" installs: 2 (kernel) or 4 to 255, or an iproute2 name such as static")
 	fs.StringVar(&p.NetNS, "netns", "", "network namespace, as a `path` (/run/netns/NAME, /proc/PID/ns/net); default: this process's")
-	fs.DurationVar(&p.Resync, "resync", p.Resync, "re-read the kernel's state this often, as a safety net (0 disables)")
+	fs.DurationVar(&p.Resync, "resync", p.Resync, "re-read the kernel's state this often, as a safety net: at least 10s, or 0 to disable")
 	p.fs = fs
 	return fs
 }
@@ -124,6 +134,13 @@ func (p *Program) parse(fs *flag.FlagSet, args []string, build func() (func(netw
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case p.Resync < 0:
 		return nil, fmt.Errorf("--resync %v: must not be negative", p.Resync)
+	case p.Resync > 0 && p.Resync < minResync:
+		return nil, fmt.Errorf("--resync %v: below the floor of %v (0 disables it)", p.Resync, minResync)
+	}
+	for _, n := range []string{p.Table.Shared(), p.Priority.Shared()} {
+		if n != "" && !p.AllowShared {
+			return nil, fmt.Errorf("%s: %s would remove what is there; choose another", n, p.Name)
+		}
 	}
 	return build()
 }

@@ -47,6 +47,22 @@ func (t *OwnTable) Set(s string) error {
 
 func (t OwnTable) String() string { return strconv.FormatUint(uint64(t), 10) }
 
+// Shared names the known program on a Kubernetes node that keeps table t
+// for itself ("Cilium's table 2004": Cilium's 200 to 202, 2004 and 2005,
+// Tailscale's 52), or returns "". Check allows such a table, since a node
+// without that program may use it; owning it where the program runs
+// removes that program's routes, so Program refuses it unless told
+// otherwise, and the agent likewise.
+func (t OwnTable) Shared() string {
+	switch {
+	case t >= 200 && t <= 202 || t == 2004 || t == 2005:
+		return fmt.Sprintf("Cilium's table %d", uint32(t))
+	case t == 52:
+		return "Tailscale's table 52"
+	}
+	return ""
+}
+
 // OwnPriority is a rule priority a program may own: 1 to 32765. 0 is the
 // kernel's local rule; 32766 and 32767 are the main and default tables'
 // rules, and a rule after main's would never see a packet that main routes.
@@ -77,6 +93,19 @@ func (p *OwnPriority) Set(s string) error {
 }
 
 func (p OwnPriority) String() string { return strconv.FormatUint(uint64(p), 10) }
+
+// Shared names the known program whose rules are at p ("Cilium's rule
+// priority 100": Cilium's 1, 8 to 10, 20, 100 and 109 to 112, Tailscale's
+// 5210 to 5270), or returns "", as OwnTable.Shared does.
+func (p OwnPriority) Shared() string {
+	switch {
+	case p == 1 || p >= 8 && p <= 10 || p == 20 || p == 100 || p >= 109 && p <= 112:
+		return fmt.Sprintf("Cilium's rule priority %d", uint32(p))
+	case p >= 5210 && p <= 5270:
+		return fmt.Sprintf("Tailscale's rule priority %d", uint32(p))
+	}
+	return ""
+}
 
 // MarkMask is a firewall mark under a mask, as a rule matches it: text
 // MARK/MASK, each decimal or 0x hex, as ip-rule(8) prints it. The mask is
