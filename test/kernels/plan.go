@@ -42,7 +42,9 @@ var suites = []suite{
 //     kernel), netwatch/reconcile's real-kernel test, netwatch's
 //     real-kernel tests but for the long ones, with SilentChanges (what the
 //     kernel removes without an event), and test/wireguard (the kernel's
-//     WireGuard: FragOKs without and with the agent, the flap, host TCP).
+//     WireGuard: FragOKs without and with the agent, the flap, host TCP,
+//     and TestKernelWireGuardMesh: --wireguard-link through peer add,
+//     remove, endpoint roam and allowed-IP changes).
 //   - 6.1: mtupolicy's real-kernel cases, four of the agent's
 //     single-node tests (netlink_diag's origins among them), and its big
 //     passes in a memory cgroup at the DaemonSet's limit

@@ -41,6 +41,13 @@
 // its control socket /run/wireguard/cilium_wg0.sock is one path for the
 // whole host. Nothing is added to the host's own namespace.
 //
+// TestKernelWireGuardMesh builds a mesh without Cilium instead: the worker
+// and three peers (10.0.0.11–13), each with wg0 (MTU 1380), the worker's
+// with fwmark 0x1e00, and runs the agent with --wireguard-link=wg0 (under
+// wireguard-go, in the worker's wireguard-go mount namespace, where its
+// UAPI socket is) while `wg set` adds and removes peers, roams an endpoint
+// and changes allowed IPs.
+//
 // # Debugging
 //
 // A failing test logs the agent's output. Namespaces are named
