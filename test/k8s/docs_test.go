@@ -217,7 +217,7 @@ func docUninstalled(out string) error {
 		return fmt.Errorf("step 1 did not count the switched-off pod")
 	case !strings.Contains(out, "it has nothing left that cleanup would remove"):
 		return fmt.Errorf("step 2: no cleanup note")
-	case !strings.Contains(out, `daemonset.apps "marksplit" deleted`):
+	case !strings.Contains(out, `daemonset.apps "marksplit" deleted`) && !strings.Contains(out, `release "marksplit" uninstalled`):
 		return fmt.Errorf("step 3 deleted no DaemonSet")
 	}
 	// Step 5: after the switch is deleted, nothing but "No resources found".
@@ -823,8 +823,29 @@ printf 'components:\n  - monitoring\n  - node-condition\n' >> deploy/kustomizati
 	for _, b := range deferred {
 		runBlock(b)
 	}
-	if out, code := e.run(t, "", "helm uninstall marksplit -n kube-system"); code != 0 {
-		t.Errorf("helm uninstall: exit %d: %s", code, out)
+	// The Helm walk's uninstall: the doc's block, with helm uninstall in
+	// step 3 (its kustomize line left out), after helm test made its pod.
+	if code, _, err := c.admin.do(ctx, "GET", "/api/v1/namespaces/kube-system/pods/marksplit-test-verify", nil); err != nil || code != http.StatusOK {
+		t.Errorf("before the Helm uninstall: helm test's pod: %d %v, want it there", code, err)
+	}
+	for _, b := range blocks {
+		if b.first != "kubectl -n kube-system create configmap marksplit-uninstall" {
+			continue
+		}
+		script := strings.Replace(b.script, "kubectl delete -k deploy/ --ignore-not-found", "true", 1)
+		out, code := e.run(t, "", script)
+		t.Logf("docs/operations.md:%d: ran the uninstall after the Helm install: exit %d\n%s", b.line, code, out)
+		if err := docUninstalled(out); err != nil {
+			t.Errorf("docs/operations.md:%d: the uninstall after the Helm install: %v", b.line, err)
+		}
+	}
+	for _, p := range []string{dsPath, "/api/v1/namespaces/kube-system/pods/marksplit-test-verify"} {
+		if code, _, err := c.admin.do(ctx, "GET", p, nil); err != nil || code != http.StatusNotFound {
+			t.Errorf("after the Helm uninstall: GET %s: %d %v, want 404", p, code, err)
+		}
+	}
+	if err := n.splitOff(); err != nil {
+		t.Errorf("after the Helm uninstall, worker-1: %v", err)
 	}
 }
 
