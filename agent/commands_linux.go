@@ -183,8 +183,16 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	l := newLoop(w, ap, o.policy, false, log, func(line string) { log.Info(line) }, met)
 	l.pmtu = pathmtu.NewStore(o.pathMTU)
 	met.addPeers(l, srcs.peers)
+	var pr *prober
 	if o.policy.Peers {
 		met.addPathMTU(l)
+		if o.pathProbe {
+			if pr, err = newProber(o, l, log); err != nil {
+				return err
+			}
+			pr.register(met)
+			l.probe = pr
+		}
 	}
 	met.addAuth(sec.authz)
 	l.ev = newNodeEvents(o, log)
@@ -235,6 +243,9 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		w.Run(ctx)
 	})
 	srcs.start(ctx, &g, l)
+	if pr != nil {
+		pr.run(ctx, &g)
+	}
 	if o.policy.Peers && o.pathLearn {
 		lr := newLearner(l)
 		g.Go(func() { lr.run(ctx) })

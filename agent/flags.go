@@ -84,6 +84,10 @@ type options struct {
 	// pathLearn learns the peers' path MTUs from the kernel's PMTU
 	// exceptions (pathlearn_linux.go).
 	pathLearn bool
+	// pathProbe searches the peers' path MTUs with probes and serves the
+	// responder on probePort (pathprobe_linux.go).
+	pathProbe bool
+	probePort uint16
 }
 
 // usageError is a bad command line: the agent prints it in one line and
@@ -277,6 +281,15 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.healthSocket, "health-socket", defaultHealthSocket, "unix `socket` that `marksplit health` (the kubelet's exec probes) asks with run; its directory is made 0700 and must be root's; empty disables")
 	fs.Var(&o.pathMTU, "path-mtu", "`CIDR=BYTES` (repeatable): the path to the peers inside CIDR carries packets of BYTES (the longest prefix wins); their host routes get the inner MTU that leaves for WireGuard, floor16(BYTES-60) on IPv4, floor16(BYTES-80) on IPv6, never above the tunnel's; with --peers=auto")
 	meshFlags(fs, o)
+	fs.BoolVar(&o.pathProbe, "path-mtu-probe", false, "with --peers=auto and run: search each peer's path MTU with DF probes carrying --mark (node-wide 20 packets/s) and answer the other nodes' probes on --path-mtu-probe-port; the DaemonSet turns it on")
+	fs.Func("path-mtu-probe-port", "UDP `port` of the probe responder on every node (default 9186)", func(s string) error {
+		n, err := strconv.ParseUint(s, 10, 16)
+		if err != nil || n == 0 {
+			return errors.New("want a port from 1 to 65535")
+		}
+		o.probePort = uint16(n)
+		return nil
+	})
 	fs.BoolVar(&o.pathLearn, "path-mtu-learn", true, "with --peers=auto and run: learn each peer's path MTU from the PMTU exceptions the kernel records from ICMP (read when the ICMP counters rise; kernel >= 5.3); false disables")
 	if o.cmd == cmdVerify {
 		fs.Var(addrValue{&o.peer}, "peer", "`address` to ask the kernel about (verify)")

@@ -41,7 +41,9 @@ type loop struct {
 	// pmtu keeps each peer's path MTU (pathmtu_linux.go): never nil;
 	// runAgent gives it the declared values.
 	pmtu *pathmtu.Store
-	met  *metrics
+	// probe searches the peers' path MTUs; nil without --path-mtu-probe.
+	probe *prober
+	met   *metrics
 	// ev records Events on the Node (events_linux.go); nil for none. Set
 	// before the loop and the sources run.
 	ev *nodeEvents
