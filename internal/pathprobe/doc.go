@@ -26,7 +26,7 @@
 // was answered, in each of Config.Tries rounds; any round whose base-size
 // probe was lost too ends the search "unreachable" (Result.Unreachable),
 // which must change nothing. A full path costs one round (Sources+1
-// packets); a reduced one about seven.
+// packets); a reduced one 6 to 10 rounds (TestSearchEveryPathSize).
 //
 // With Config.ICMPEcho, a peer whose responder does not answer is searched
 // again with ICMP echo (ping sockets, DF, the mark). The echo reply is as

@@ -438,3 +438,51 @@ func rxPackets(t *testing.T, ns *netwatchtest.NetNS, dev string) int {
 	}
 	return links[0].Stats.RX.Packets
 }
+
+// TestKernelResponderHostile floods the responder with garbage from an
+// accepted node and from a local process it does not accept: each costs
+// one read, nothing is answered, and a search still finds the path.
+func TestKernelResponderHostile(t *testing.T) {
+	w := newWorld(t)
+	node := netip.MustParseAddr("10.1.0.1")
+	r := w.serve(t, func(a netip.Addr) bool { return a == node })
+	flood := func(ns *netwatchtest.NetNS, dst netip.Addr, n int) {
+		err := ns.Do(func() error {
+			c, err := net.ListenUDP("udp4", nil)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			junk := make([]byte, 1400)
+			for i := range junk {
+				junk[i] = byte(i)
+			}
+			for range n {
+				if _, err := c.WriteToUDPAddrPort(junk, netip.AddrPortFrom(dst, DefaultPort)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	flood(w.peer, netip.MustParseAddr("127.0.0.1"), 500) // a local process
+	flood(w.node, worldPeer, 500)
+	p := w.prober(t, Config{Mark: 0xe00})
+	res, err := p.Search(t.Context(), worldPeer, worldMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PathMTU != worldMax {
+		t.Errorf("after the flood: %+v, want %d", res, worldMax)
+	}
+	// The socket reads in order: the search's answers came after the flood
+	// (less what the queues dropped of a burst) was read.
+	st := r.Stats()
+	t.Logf("after the flood and a search of %d probes: %+v", res.Probes, st)
+	if st.Answered != uint64(res.Probes) || st.Refused == 0 || st.Malformed == 0 || st.Refused > 500 || st.Malformed > 500 {
+		t.Errorf("after the flood and a search of %d probes: %+v", res.Probes, st)
+	}
+}

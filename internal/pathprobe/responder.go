@@ -48,11 +48,11 @@ type Responder struct {
 
 // ResponderStats counts what a Responder received and did.
 type ResponderStats struct {
-	Answered   uint64 // probes answered
+	Answered   uint64 // probes answered (counted before the answer is sent)
 	Refused    uint64 // datagrams from sources Allow did not accept
 	Malformed  uint64 // datagrams from accepted sources that are not probes
 	Limited    uint64 // probes not answered: over the rate
-	SendErrors uint64 // answers the kernel did not send
+	SendErrors uint64 // answers the kernel did not send (of Answered)
 }
 
 // Stats returns the counts so far.
@@ -99,5 +99,6 @@ func (r *Responder) answer(now time.Time, src netip.Addr, b []byte, size int, ou
 		return false
 	}
 	message{typ: typeAnswer, nonce: m.nonce, length: uint32(size)}.put(out[:])
+	r.answered.Add(1)
 	return true
 }

@@ -82,8 +82,6 @@ func (r *Responder) ServeConn(ctx context.Context, c *net.UDPConn) error {
 		}
 		if _, _, err := c.WriteMsgUDPAddrPort(out[:], replyInfo(oob[:oobn]), netip.AddrPortFrom(src, port)); err != nil {
 			r.sendErrors.Add(1)
-		} else {
-			r.answered.Add(1)
 		}
 	}
 }

@@ -45,7 +45,7 @@ func TestResponderAnswer(t *testing.T) {
 	if answered != 5 {
 		t.Errorf("a flood of 10,000 at one instant: %d answered, want the burst (5)", answered)
 	}
-	want := ResponderStats{Refused: 1, Malformed: 6, Limited: 10000 - 5}
+	want := ResponderStats{Answered: 5, Refused: 1, Malformed: 6, Limited: 10000 - 5}
 	if got := r.Stats(); got != want {
 		t.Errorf("stats %+v, want %+v", got, want)
 	}
