@@ -15,6 +15,10 @@ import (
 )
 
 // Applier makes kernel changes on its own request socket.
+//
+// It is for one goroutine at a time: Apply and RouteGet share the socket,
+// and a second caller's answers would be read by the first. Port is safe
+// from any goroutine.
 type Applier struct {
 	c rtnl.Conn
 }

@@ -105,6 +105,11 @@ type Stats struct {
 // and rules, fed by rtnetlink multicast. Create it with New, start it with
 // Run, and read it with Read and Subscribe (Barrier waits for it to hold
 // a change the caller made).
+//
+// Run is called once. Every other method is safe to call from any
+// goroutine, during Run or not: Read holds a read lock while its callback
+// runs (events wait), so the callback must not call Barrier or
+// WaitSynced, which wait for Run.
 type Watcher struct {
 	opts   Options
 	dialer rtnl.Dialer // the kernel in opts.NetNS, or a fake kernel

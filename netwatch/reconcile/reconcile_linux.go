@@ -68,6 +68,12 @@ import (
 //	go w.Run(ctx)
 //	r := &reconcile.Reconciler{Watcher: w, Applier: a, Policy: policy, Resync: 5 * time.Minute, Logger: log}
 //	return r.Run(ctx)
+//
+// Run or Once is called from one goroutine at a time, and its fields are
+// not changed while it runs. Trigger and Converged are safe from any
+// goroutine. The hooks are called from Run's goroutine, one at a time:
+// Policy inside Watcher.Read, holding the cache's read lock, the others
+// outside it.
 type Reconciler struct {
 	// Watcher is the cache the policy reads. The caller runs its Run for
 	// as long as the Reconciler's; the first pass waits for its sync.

@@ -1,7 +1,7 @@
 // Package rtnl is netwatch's transport seam: the part of an rtnetlink
 // socket netwatch uses, so that netwatch/netwatchtest's fake kernel can stand in
 // for the real one in this module's tests. Programs never need it: a
-// netwatch.Options without a Dialer dials the kernel.
+// netwatch.NetNS that the fake kernel did not hand out dials the kernel.
 package rtnl
 
 import (
