@@ -21,7 +21,7 @@ import (
 var packageDirs = []string{
 	"../netwatch", "../netwatch/reconcile", "../netwatch/netwatchtest", "../mtupolicy", "../agent",
 	"../examples/uplinkpin", "../examples/vpnbypass", "../examples/watch",
-	"../internal/lock", "../internal/metricsserver",
+	"../internal/lock", "../internal/metricsserver", "../netwatch/internal/rtnl",
 }
 
 // The Markdown checked.
@@ -294,6 +294,29 @@ func TestDocIdentifiers(t *testing.T) {
 	for i, p := range w.pkgs {
 		for _, d := range p.docs {
 			check(packageDirs[i]+" (doc comment)", p, d.Text())
+			// A list of identifiers ("OwnTable, OwnPriority and
+			// MarkMask") names things that exist, and one that names
+			// any of its package's types names only those: a bare
+			// Table there would be netwatch's, which it does not mean.
+			for _, m := range listRE.FindAllString(d.Text(), -1) {
+				var names []string
+				own := false
+				for _, n := range strings.FieldsFunc(m, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' }) {
+					if n != "and" && n != "or" && !prose[n] {
+						names, own = append(names, n), own || p.top[n]
+					}
+				}
+				for _, n := range names {
+					if !w.all[n] || own && !p.top[n] {
+						t.Errorf("%s (doc comment) names %s in %q, which does not exist", packageDirs[i], n, m)
+					}
+				}
+			}
+			for _, m := range withoutRE.FindAllStringSubmatch(d.Text(), -1) {
+				if !w.all[m[1]] && !prose[m[1]] {
+					t.Errorf("%s (doc comment) names %s, which does not exist", packageDirs[i], m[1])
+				}
+			}
 		}
 	}
 	for _, md := range markdown {
@@ -319,9 +342,19 @@ var prose = map[string]bool{
 	"CiliumNode": true, "CiliumNodes": true, "DaemonSet": true, "ConfigMap": true, "WireGuard": true, "NetworkManager": true,
 	"InternalIP": true, "InternalIPs": true, "ServiceAccount": true, "ClusterRole": true, "PodSecurity": true,
 	"KiB": true, "MiB": true, "GiB": true,
+	"Kubernetes": true, "Linux": true, "Prometheus": true, "Node": true, "InDestUnreachs": true, "InPktTooBigs": true,
 	// Other modules' identifiers, named bare.
+	"Warn": true, "Info": true, "Writer": true, "Recorder": true, "Authorizer": true, "Message": true,
 	"FlagSet": true, "AddressMessage": true, "RouteMessage": true, "LinkMessage": true, "RuleMessage": true,
 }
+
+// listRE finds a list of three or more capitalised words ("Table,
+// Priority, MarkMask and Protocol"); withoutRE a capitalised word a doc
+// says a value is with or without ("without a Dialer").
+var (
+	listRE    = regexp.MustCompile(`\b[A-Z][A-Za-z0-9]*(?:,\s+[A-Z][A-Za-z0-9]*)+,?\s+(?:and|or)\s+[A-Z][A-Za-z0-9]*\b`)
+	withoutRE = regexp.MustCompile(`\b(?:with|without|a|an|its|the)\s+([A-Z][a-z]+[A-Za-z]*)\b`)
+)
 
 var codeRE = regexp.MustCompile("`([^`\n]+)`")
 

@@ -61,7 +61,7 @@ type Result struct {
 // Apply executes ops in order with idempotent semantics: adding what
 // exists and deleting what is gone succeed. Later operations depend on
 // earlier ones (a rule on the routes of its table), so Apply stops at the
-// first failure. It returns the Results of the operations it tried, in
+// first failure. It returns a Result for each operation it tried, in
 // order — every one, or those up to and including the first failure — and
 // that failure.
 func (a *Applier) Apply(ops []Op) ([]Result, error) {

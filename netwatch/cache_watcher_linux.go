@@ -703,7 +703,7 @@ func (w *Watcher) signal() {
 	w.now.Store(&cacheState{synced: w.st.synced, gen: w.st.gen, changed: w.changed})
 }
 
-// cacheState is what Synced, Changed and Stats read without the lock, so
+// cacheState is what the Watcher's Synced and Stats and a View's Changed read without the lock, so
 // that a Read or Subscribe callback may call them.
 type cacheState struct {
 	synced  bool
