@@ -595,7 +595,7 @@ func TestChartValues(t *testing.T) {
 			func(t *testing.T, ds *appsv1.DaemonSet, _ []object) {
 				want := map[string][]string{
 					"tunnel-link": {"wg0"}, "mark": {"0x1e00/0x1f00"}, "table": {"4294967295"},
-					"priority": {"32765"}, "peers": {"auto"}, "protocol": {"kernel"},
+					"priority": {"32765"}, "peers": {"auto"}, "path-mtu-probe": {"true"}, "protocol": {"kernel"},
 					"encryption": {"off"}, "uninstall-configmap": {uninstallConfigMap},
 					"cilium-namespace": {"kube-system"}, "cilium-configmap": {"cilium-config"},
 					"metrics-addr": {"127.0.0.1:9184"}, "secure-metrics-addr": {":9185"},

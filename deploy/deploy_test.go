@@ -414,6 +414,7 @@ var agentFlags = map[string]bool{
 	"protocol": true, "metrics-addr": true, "log-format": true, "allow-shared": true,
 	"secure-metrics-addr": true, "tls-cert-file": true, "tls-key-file": true,
 	"uninstall-configmap": true, "events": true, "node-condition": true,
+	"path-mtu": true, "path-mtu-probe": true, "path-mtu-learn": true, "path-mtu-probe-port": true,
 	"cilium-namespace": true, "cilium-configmap": true,
 }
 
@@ -580,6 +581,7 @@ func TestDaemonSet(t *testing.T) {
 			"table":               {"900"},
 			"priority":            {"900"},
 			"peers":               {"auto"},
+			"path-mtu-probe":      {"true"},
 			"encryption":          {"auto"},
 			"metrics-addr":        {"127.0.0.1:9184"},
 			"secure-metrics-addr": {":9185"},

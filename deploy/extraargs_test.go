@@ -27,6 +27,8 @@ var neverExtra = map[string]string{
 	"--peer":    "verify's alone: run refuses it",
 	// The exec probes ask the default path; another one fails them all.
 	"--health-socket": "moves the health socket away from where the probes ask: every pod would be killed",
+	// Every agent probes every other one on this port.
+	"--path-mtu-probe-port": "the responder's port must be the same on every node: one pod alone would probe a port nobody answers",
 }
 
 var agentBin struct {

@@ -80,6 +80,15 @@ deploy/daemonset.yaml's order.
 {{- end }}
 {{- if .Values.peers.auto }}
 - --peers=auto
+{{- range .Values.pathMTU.declared }}
+- {{ printf "--path-mtu=%s" . | toJson }}
+{{- end }}
+{{- if .Values.pathMTU.probe }}
+- --path-mtu-probe=true
+{{- end }}
+{{- if not .Values.pathMTU.learn }}
+- --path-mtu-learn=false
+{{- end }}
 {{- end }}
 {{- range .Values.peers.prefixes }}
 - {{ printf "--prefix=%s" . | toJson }}
@@ -165,7 +174,7 @@ given twice, so one there would get past the checks). deploy/chart_test.go
 holds this list to every flag the chart renders.
 */}}
 {{- define "marksplit.valueFlags" -}}
---tunnel-link --mark --table --priority --allow-shared --peers --prefix --underlay-link --protocol --encryption --uninstall-configmap --cilium-namespace --cilium-configmap --metrics-addr --secure-metrics-addr --tls-cert-file --tls-key-file --events --log-format --node-condition
+--tunnel-link --mark --table --priority --allow-shared --peers --path-mtu --path-mtu-probe --path-mtu-learn --prefix --underlay-link --protocol --encryption --uninstall-configmap --cilium-namespace --cilium-configmap --metrics-addr --secure-metrics-addr --tls-cert-file --tls-key-file --events --log-format --node-condition
 {{- end }}
 
 {{/*
