@@ -92,7 +92,7 @@ func DeleteException(e Exception) error {
 	}
 	defer c.Close()
 	rm := rtnetlink.RouteMessage{Family: unix.AF_INET6, DstLength: 128, Table: unix.RT_TABLE_UNSPEC,
-		Flags: unix.RTM_F_CLONED,
+		Flags:      unix.RTM_F_CLONED,
 		Attributes: rtnetlink.RouteAttributes{Dst: net.IP(e.Dst.AsSlice()), Table: e.Table, OutIface: e.Index}}
 	if e.Gateway.IsValid() {
 		rm.Attributes.Gateway = net.IP(e.Gateway.AsSlice())
