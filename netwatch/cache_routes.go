@@ -499,3 +499,63 @@ func (t *table) usesLink(index uint32) bool {
 	}
 	return int(index) < len(t.byLink) && t.byLink[index] > 0
 }
+
+// covering returns the routes whose destination is the longest prefix
+// containing a, of any key (TOS, source, metric), dups included. Each
+// prefix length is a binary search of the array, from the longest down,
+// and the side map of keys not yet in the array is read once.
+func (t *table) covering(a netip.Addr) []Route {
+	maxBits := a.BitLen()
+	best := -1
+	match := func(p netip.Prefix) bool { return p.Bits() > best && p.Contains(a) }
+	if t.family == IPv4 {
+		for k := range t.m4.added {
+			if p := netip.PrefixFrom(netip.AddrFrom4(k.dst), int(k.bits)); match(p) {
+				best = p.Bits()
+			}
+		}
+	} else {
+		for k := range t.m6.added {
+			if p := netip.PrefixFrom(netip.AddrFrom16(k.dst), int(k.bits)); match(p) {
+				best = p.Bits()
+			}
+		}
+	}
+	var rs []Route
+	collect := func(bits int) {
+		p, _ := a.Prefix(bits)
+		dst := p.Addr()
+		if t.family == IPv4 {
+			keep := func(k key4) bool { return k.dst == dst.As4() && int(k.bits) == bits }
+			t.m4.from(key4{dst: dst.As4(), bits: uint8(bits), tos: 0xff}, keep, func(k key4, v val4) bool {
+				if !keep(k) {
+					return false // past the run: the side map's are next
+				}
+				rs = append(rs, t.route4(k, v))
+				return yieldDups(t, t.key4Route, k, func(r Route) bool { rs = append(rs, r); return true })
+			})
+			return
+		}
+		for _, start := range []key6{{dst: dst.As16(), bits: uint8(bits)}, {dst: dst.As16(), bits: uint8(bits), srcBits: 129}} {
+			src := start.srcBits != 0
+			keep := func(k key6) bool { return k.dst == dst.As16() && int(k.bits) == bits && (k.srcBits != 0) == src }
+			t.m6.from(start, keep, func(k key6, v val6) bool {
+				if !keep(k) {
+					return false
+				}
+				rs = append(rs, t.route6(k, v))
+				return yieldDups(t, t.key6Route, k, func(r Route) bool { rs = append(rs, r); return true })
+			})
+		}
+	}
+	for bits := maxBits; bits > best; bits-- {
+		if collect(bits); len(rs) > 0 {
+			break
+		}
+	}
+	if len(rs) == 0 && best >= 0 {
+		collect(best)
+	}
+	slices.SortStableFunc(rs, func(a, b Route) int { return cmp.Or(cmp.Compare(a.Metric, b.Metric), compareRoutes(a, b)) })
+	return rs
+}

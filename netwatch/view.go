@@ -225,6 +225,20 @@ func (v View) RoutesWithin(t Table, p netip.Prefix) iter.Seq[Route] {
 	}
 }
 
+// Covering returns the routes of table t whose destination is the longest
+// prefix that contains a: those among which the kernel's lookup of a in t
+// chooses (by TOS, source and metric), lowest metric first, then by key;
+// none when no route of t covers a. It takes a binary search per prefix
+// length, not a walk of the table: a policy may ask it for every peer of
+// a full table.
+func (v View) Covering(t Table, a netip.Addr) []Route {
+	a = a.Unmap()
+	if tb := v.s.table(FamilyOf(a), t, false); tb != nil && a.IsValid() {
+		return tb.covering(a.WithZone(""))
+	}
+	return nil
+}
+
 // Route returns the routes with key k: usually one, more when routes were
 // appended to the same key (the first is the one the kernel uses). The key
 // holds the metric; RoutesWithin finds a destination's routes whatever

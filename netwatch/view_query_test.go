@@ -1,6 +1,7 @@
 package netwatch
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 	"testing"
@@ -42,6 +43,8 @@ func TestRoutesWithin(t *testing.T) {
 			}
 			if f == IPv4 {
 				r.TOS = rapid.SampledFrom([]uint8{0, 0x10}).Draw(t, "tos")
+			} else {
+				r.Src = rapid.SampledFrom([]netip.Prefix{{}, {}, netip.MustParsePrefix("::/0"), netip.MustParsePrefix("fd00::/8")}).Draw(t, "src")
 			}
 			if rapid.IntRange(0, 9).Draw(t, "extra") == 0 {
 				r.Flow = uint32(i) // does not fit the compact form
@@ -83,6 +86,64 @@ func TestRoutesWithin(t *testing.T) {
 		slices.SortStableFunc(got, compareRoutes)
 		if !slices.EqualFunc(got, want, Route.Equal) {
 			t.Fatalf("RoutesWithin(%v):\n got %v\nwant %v", p, got, want)
+		}
+		// Covering finds what a walk finds: the routes of the longest
+		// destination that contains the address.
+		a := p.Addr()
+		if rapid.Bool().Draw(t, "host bits") {
+			b := a.AsSlice()
+			b[len(b)-1] = 7
+			a, _ = netip.AddrFromSlice(b)
+		}
+		want = nil
+		for r := range v.Routes(f, 900) {
+			switch {
+			case !r.Dst.Contains(a) || len(want) > 0 && r.Dst.Bits() < want[0].Dst.Bits():
+			case len(want) > 0 && r.Dst.Bits() > want[0].Dst.Bits():
+				want = []Route{r}
+			default:
+				want = append(want, r)
+			}
+		}
+		slices.SortStableFunc(want, func(a, b Route) int { return cmp.Or(cmp.Compare(a.Metric, b.Metric), compareRoutes(a, b)) })
+		if got := v.Covering(900, a); !slices.EqualFunc(got, want, Route.Equal) {
+			t.Fatalf("Covering(%v):\n got %v\nwant %v", a, got, want)
+		}
+	})
+}
+
+// BenchmarkCovering looks up addresses in a table of 1,000,000 IPv4 /24s
+// and a default route, beside a walk of the table for the same answer:
+// the lookup is a binary search per prefix length.
+func BenchmarkCovering(b *testing.B) {
+	st := newState()
+	st.addDumped(Route{Family: IPv4, Table: TableMain, Dst: netip.MustParsePrefix("0.0.0.0/0"), Index: 2, Type: RouteUnicast})
+	for i := range 1_000_000 {
+		st.addDumped(Route{Family: IPv4, Table: TableMain, Index: 2, Type: RouteUnicast,
+			Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(11 + i>>16), byte(i >> 8), byte(i), 0}), 24)})
+	}
+	v := View{s: st}
+	addrs := []netip.Addr{netip.MustParseAddr("11.0.7.9"), netip.MustParseAddr("20.1.2.3"), netip.MustParseAddr("200.0.0.1")}
+	b.Run("Covering", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if rs := v.Covering(TableMain, addrs[i%len(addrs)]); len(rs) != 1 {
+				b.Fatalf("%d routes", len(rs))
+			}
+		}
+	})
+	b.Run("walk", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			a, best := addrs[i%len(addrs)], -1
+			for r := range v.Routes(IPv4, TableMain) {
+				if r.Dst.Contains(a) && r.Dst.Bits() > best {
+					best = r.Dst.Bits()
+				}
+			}
+			if best < 0 {
+				b.Fatal("none")
+			}
 		}
 	})
 }
