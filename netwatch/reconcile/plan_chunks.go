@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"cmp"
 	"slices"
 
 	"github.com/marksplit/marksplit/netwatch"
@@ -140,13 +139,6 @@ func (p *planner) routeDels(v netwatch.View, k netwatch.RouteKey) []netwatch.Op 
 func (p *planner) desired(k netwatch.RouteKey) bool {
 	_, ok := p.want.Get(k)
 	return ok
-}
-
-// routeOrder is the order of the replaces: by family and table, more
-// specific prefixes first, then by key. Routes with one key are adjacent.
-func routeOrder(a, b netwatch.RouteKey) int {
-	return cmp.Or(cmp.Compare(a.Family, b.Family), cmp.Compare(a.Table, b.Table),
-		-cmp.Compare(a.Dst.Bits(), b.Dst.Bits()), a.Compare(b))
 }
 
 // desiredKey is the key of r as the kernel holds it: an IPv6 route's
