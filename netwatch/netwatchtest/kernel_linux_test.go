@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,12 +54,17 @@ func fakeAndReal(t *testing.T) (*Kernel, *NetNS) {
 		}
 		gw := []string{"192.0.2.1", "198.51.100.1"}[i]
 		table := []netwatch.Table{netwatch.TableMain, 920}[i]
+		mtu := []uint32{0, 1355}[i] // table 920's route has an MTU of its own
 		if err := k.AddRoute(netwatch.Route{Table: table, Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: netip.MustParseAddr(gw),
-			Index: idx, Protocol: netwatch.ProtoStatic}); err != nil {
+			Index: idx, Protocol: netwatch.ProtoStatic, MTU: mtu}); err != nil {
 			t.Fatal(err)
 		}
 		if ns != nil {
-			ns.IP(t, "route", "add", "default", "via", gw, "dev", l.name, "table", table.String(), "proto", "static")
+			args := []string{"route", "add", "default", "via", gw, "dev", l.name, "table", table.String(), "proto", "static"}
+			if mtu != 0 {
+				args = append(args, "mtu", strconv.Itoa(int(mtu)))
+			}
+			ns.IP(t, args...)
 		}
 	}
 	for _, r := range []struct {
@@ -103,18 +109,22 @@ func TestKernelRouteGet(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Table != tc.table || r.Index != linkIndex(t, k, tc.dev) {
-				t.Errorf("fake: %v, want dev %s table %v", r, tc.dev, tc.table)
+			mtu := uint32(0)
+			if tc.table == 920 {
+				mtu = 1355
+			}
+			if r.Table != tc.table || r.Index != linkIndex(t, k, tc.dev) || r.MTU != mtu {
+				t.Errorf("fake: %v, want dev %s table %v mtu %d", r, tc.dev, tc.table, mtu)
 			}
 			if ns == nil {
 				return
 			}
 			hop, out := ns.RouteGet(tc.q)
-			want := Hop{Dev: tc.dev}
+			want := Hop{Dev: tc.dev, MTU: mtu}
 			if tc.table != netwatch.TableMain {
 				want.Table = tc.table.String()
 			}
-			if !want.Matches(hop) {
+			if !want.Matches(hop) || hop.MTU != mtu {
 				t.Errorf("real: %s, want %+v", out, want)
 			}
 		})
@@ -149,7 +159,7 @@ func linkIndex(t *testing.T, k *Kernel, name string) uint32 {
 // kernel's does for the same state, line for line.
 func TestKernelOwnedText(t *testing.T) {
 	k, ns := fakeAndReal(t)
-	const want = "-4 route default via 198.51.100.1 dev eth1 table 920 proto static\n" +
+	const want = "-4 route default via 198.51.100.1 dev eth1 table 920 proto static mtu 1355\n" +
 		"-4 rule 920:\tfrom 198.51.100.0/24 lookup 920"
 	k.WaitOwned(t, new(SyncBuffer), 920, 920, want)
 	if ns != nil {

@@ -113,12 +113,14 @@ func (p *Process) Stop(t testing.TB, sig syscall.Signal) {
 }
 
 // Hop is what `ip -j route get` says, the fields a test checks; Table is
-// empty for the main table.
+// empty for the main table, MTU 0 for a route without an MTU of its own
+// (its link's applies).
 type Hop struct {
 	Dev     string `json:"dev"`
 	Gateway string `json:"gateway"`
 	PrefSrc string `json:"prefsrc"`
 	Table   string `json:"table"`
+	MTU     uint32 `json:"-"` // from "metrics": [{"mtu": N}]
 }
 
 // Matches reports whether got has every field want sets, and the table
@@ -126,7 +128,8 @@ type Hop struct {
 func (want Hop) Matches(got Hop) bool {
 	return got.Dev == want.Dev && got.Table == want.Table &&
 		(want.Gateway == "" || got.Gateway == want.Gateway) &&
-		(want.PrefSrc == "" || got.PrefSrc == want.PrefSrc)
+		(want.PrefSrc == "" || got.PrefSrc == want.PrefSrc) &&
+		(want.MTU == 0 || got.MTU == want.MTU)
 }
 
 // Lookup is the question of a route lookup, as `ip route get` takes it:
@@ -160,11 +163,19 @@ func (ns *NetNS) RouteGet(q Lookup) (Hop, string) {
 	if err != nil {
 		return Hop{}, strings.TrimSpace(string(out))
 	}
-	var hs []Hop
+	var hs []struct {
+		Hop
+		Metrics []struct {
+			MTU uint32 `json:"mtu"`
+		} `json:"metrics"`
+	}
 	if err := json.Unmarshal(out, &hs); err != nil || len(hs) != 1 {
 		return Hop{}, string(out)
 	}
-	return hs[0], string(out)
+	for _, m := range hs[0].Metrics {
+		hs[0].Hop.MTU = max(hs[0].Hop.MTU, m.MTU)
+	}
+	return hs[0].Hop, string(out)
 }
 
 // WaitRoute polls `ip route get ADDR [mark MARK]` until the kernel's
