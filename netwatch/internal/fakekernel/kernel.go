@@ -229,20 +229,23 @@ func (k *Kernel) ReplaceRoute(r Route) error {
 	return k.setRoute(r, netlink.Create|netlink.Replace, nil).err("replace route " + r.String())
 }
 
-// DelRoute deletes the route with r's key (table, destination, TOS,
-// metric), failing with ESRCH when there is none.
+// DelRoute deletes the first route that r names, as "ip route del" does:
+// the destination, table and TOS must be r's; the metric (IPv4: any when
+// 0, IPv6: any when 0), gateway, output link, protocol and, for IPv4,
+// type, preferred source and MTU must be r's where r sets them; a zero
+// Scope matches any scope. It fails with ESRCH when no route matches: a
+// route via another gateway is not deleted.
 func (k *Kernel) DelRoute(r Route) error { return k.unsetRoute(r, nil) }
 
 func (k *Kernel) unsetRoute(r Route, o *origin) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	r = goRoute(r)
-	key := r.key()
-	if _, ok := k.routes[key]; !ok {
-		return fail(unix.ESRCH, "").err("delete route " + r.String())
+	f := routeFilter{family: r.Family(), table: r.Table, dst: r.Dst, tos: r.TOS, metric: r.Metric, typ: r.Type,
+		scope: r.Scope, prefSrc: r.PrefSrc, protocol: r.Protocol, index: r.Index, gateway: r.Gateway, mtu: r.MTU}
+	if f.scope == 0 {
+		f.scope = unix.RT_SCOPE_NOWHERE
 	}
-	k.removeRoute(key, true, o)
-	return nil
+	return k.delRoute(f, o).err("delete route " + r.String())
 }
 
 // goRoute applies the Go API's defaults.
