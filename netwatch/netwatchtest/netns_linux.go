@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/marksplit/marksplit/netwatch/internal/nstest"
+	"golang.org/x/sys/unix"
 )
 
 // RequireKernel fails the test, with the reason, when real-kernel tests
@@ -46,6 +47,34 @@ func NewNetNS(t testing.TB) *NetNS {
 	}
 	t.Cleanup(n.Close)
 	return &NetNS{ns: n, path: n.Path()}
+}
+
+// Named gives the namespace a name, as `ip netns add` does: it is bound
+// at /run/netns/NAME, so that `ip -n NAME` and `ip netns exec NAME` reach
+// it, until the test ends. A name that is taken or is not a file name
+// fails the test.
+func (ns *NetNS) Named(t testing.TB, name string) {
+	t.Helper()
+	if name == "" || name == "." || name == ".." || filepath.Base(name) != name {
+		t.Fatalf("netwatchtest: %q is not a namespace name", name)
+	}
+	if err := os.MkdirAll("/run/netns", 0o755); err != nil {
+		t.Fatalf("netwatchtest: %v", err)
+	}
+	p := filepath.Join("/run/netns", name)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		t.Fatalf("netwatchtest: name the namespace: %v", err)
+	}
+	f.Close()
+	if err := unix.Mount(ns.path, p, "none", unix.MS_BIND, ""); err != nil {
+		os.Remove(p)
+		t.Fatalf("netwatchtest: name the namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		unix.Unmount(p, unix.MNT_DETACH)
+		os.Remove(p)
+	})
 }
 
 // FD is the namespace's file descriptor, for netlink.Config.NetNS.

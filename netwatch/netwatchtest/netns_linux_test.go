@@ -3,7 +3,10 @@
 package netwatchtest
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
@@ -119,5 +122,24 @@ func TestKernelNetNSCleanup(t *testing.T) {
 			t.Fatalf("%s after the test: %v, want it gone", path, err)
 		}
 		runtime.Gosched()
+	}
+}
+
+// TestKernelNetNSNamed: a named namespace is the one ip -n NAME reaches,
+// and its name is gone when the test ends.
+func TestKernelNetNSNamed(t *testing.T) {
+	RequireKernel(t)
+	name := fmt.Sprintf("netwatchtest-%d", os.Getpid())
+	t.Run("named", func(t *testing.T) {
+		ns := NewNetNS(t)
+		ns.Named(t, name)
+		ns.IP(t, "link", "add", "named0", "type", "veth", "peer", "name", "named1")
+		out, err := exec.Command("ip", "-n", name, "-o", "link", "show", "named0").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "named0") {
+			t.Fatalf("ip -n %s link show named0: %v: %s", name, err, out)
+		}
+	})
+	if _, err := os.Stat("/run/netns/" + name); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("/run/netns/%s after the test: %v, want it gone", name, err)
 	}
 }
