@@ -66,7 +66,11 @@ func TestKernelPathMTUProbedBlackHole(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-served })
 
 	// Without the agent: the lowered main route's 1355 bytes vanish in
-	// the hole, and a bulk transfer stalls.
+	// the hole, and a bulk transfer stalls. A GSO packet passes a veth
+	// whatever its size (is_skb_forwardable) and is cut into segments only
+	// beyond the hole: the node sends single segments, as a NIC without TSO
+	// would.
+	s.ns.IP(t, "link", "set", "dev", "enp7s0", "gso_max_segs", "1")
 	ln := listenIn(t, far)
 	const total = 1 << 20
 	acked, retrans := transfer(t, s.ns, ln, total, false)
