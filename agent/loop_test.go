@@ -459,7 +459,7 @@ func TestLoopPeriodicResync(t *testing.T) {
 	h.l.setMode(mtupolicy.ModeOn)
 	h.waitConverged()
 	h.takeLines()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for h.w.Stats().Resyncs["requested"] < 3 {
 		if time.Now().After(deadline) {
 			t.Fatalf("resyncs: %v, want 3 requested", h.w.Stats().Resyncs)

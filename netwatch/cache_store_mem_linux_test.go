@@ -32,7 +32,7 @@ func settledMapped(t *testing.T) int64 {
 // and fails the test if they are not within ten seconds.
 func awaitMapped(t *testing.T, want int64, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for mappedBytes.Load() != want {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d bytes still mapped %s", mappedBytes.Load()-want, what)

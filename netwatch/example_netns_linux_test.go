@@ -21,7 +21,7 @@ func ExampleOpenNetNS() {
 		return
 	}
 	defer ns.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	w := netwatch.New(netwatch.Options{NetNS: ns})
 	done := make(chan error, 1)

@@ -65,7 +65,7 @@ func ExampleWatcher_Subscribe() {
 		fmt.Println(err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	w := netwatch.New(netwatch.Options{NetNS: k.NetNS()})
 	done := make(chan error, 1)

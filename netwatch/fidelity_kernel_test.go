@@ -42,7 +42,7 @@ func fidelityNS(t *testing.T) (*testNS, *Watcher, *Applier) {
 func cachedRoute(t *testing.T, w *Watcher, f Family, table Table, dst string) Route {
 	t.Helper()
 	var r Route
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for ch := w.nextChange(); ; ch = w.nextChange() {
 		found := false
 		w.Read(func(v View) {
@@ -299,7 +299,7 @@ func kernelRuleHasAttr(t *testing.T, ns *testNS, prio uint32, typ uint16) bool {
 }
 
 func pollFor(cond func() bool) bool {
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return false

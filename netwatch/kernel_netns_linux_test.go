@@ -91,7 +91,7 @@ func TestKernelOpenNetNSOther(t *testing.T) {
 		t.Fatalf("another namespace taken for the process's own")
 	}
 	w := New(Options{NetNS: ns})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

@@ -15,7 +15,7 @@ import (
 // waitLookedUp waits until the background look-up of port is done.
 func waitLookedUp(t *testing.T, p *portOwners, port uint32) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		p.mu.Lock()
 		asked := p.asked[port]

@@ -73,7 +73,7 @@ func TestKernelText(t *testing.T) {
 	slices.Sort(wantRules)
 
 	var gotRoutes, gotRules []string
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for ch := w.nextChange(); ; ch = w.nextChange() {
 		gotRoutes, gotRules = nil, nil
 		w.Read(func(v View) {

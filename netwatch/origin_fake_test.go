@@ -52,7 +52,7 @@ func seenOf(ev Event) seen {
 func collect(t *testing.T, sub *Subscription, n int) []seen {
 	t.Helper()
 	var got []seen
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(2 * time.Minute)
 	for len(got) < n {
 		select {
 		case ev, ok := <-sub.Events():

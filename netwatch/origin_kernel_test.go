@@ -45,7 +45,7 @@ func (b *batchIP) run(t *testing.T, line string) {
 // waitEvent reads sub until an event matches, and returns it.
 func waitEvent(t *testing.T, sub *Subscription, what string, match func(Event) bool) Event {
 	t.Helper()
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(2 * time.Minute)
 	for {
 		select {
 		case ev, ok := <-sub.Events():
@@ -56,7 +56,7 @@ func waitEvent(t *testing.T, sub *Subscription, what string, match func(Event) b
 				return ev
 			}
 		case <-deadline:
-			t.Fatalf("%s: no event within 5 s", what)
+			t.Fatalf("%s: no event within 2 min", what)
 		}
 	}
 }

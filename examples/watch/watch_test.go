@@ -505,7 +505,7 @@ func TestKernelWatchOnce(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the namespace's cleanup
 	ns := newNetNS(t)
 	seed(t, ns)
-	deadline := time.Now().Add(scaled(10 * time.Second))
+	deadline := time.Now().Add(scaled(2 * time.Minute))
 	for {
 		var stdout, stderr bytes.Buffer
 		if code := run([]string{"-json", "-once", "-netns", ns.Path()}, &stdout, &stderr); code != 0 {
@@ -580,7 +580,7 @@ func TestKernelWatchEvents(t *testing.T) {
 	}()
 
 	const dst = "192.0.2.0/24"
-	timeout := time.After(scaled(10 * time.Second))
+	timeout := time.After(scaled(2 * time.Minute))
 	next := func() map[string]any {
 		t.Helper()
 		select {

@@ -18,7 +18,7 @@ import (
 )
 
 // waitFor bounds every wait; nothing takes that long unless something is broken.
-const waitFor = 5 * time.Second
+const waitFor = 2 * time.Minute
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 

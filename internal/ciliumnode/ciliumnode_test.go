@@ -33,7 +33,7 @@ import (
 )
 
 // waitFor bounds every wait in the tests; nothing takes that long unless something is broken.
-const waitFor = 5 * time.Second
+const waitFor = 2 * time.Minute
 
 const testNode = "worker-1"
 

@@ -335,7 +335,7 @@ func TestSingleflightAndInflight(t *testing.T) {
 		wg.Go(func() { codes <- scrape(a, fmt.Sprintf("Bearer other-%d", i)) })
 	}
 	// Wait until MaxInflight reviews are at the gate, then check no more come.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for f.inflight.Load() < DefaultMaxInflight {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d reviews under way, want %d", f.inflight.Load(), DefaultMaxInflight)

@@ -251,7 +251,7 @@ func newHarness(t *testing.T, node string, tweak func(*Config)) *harness {
 // eventually polls cond every millisecond until it is nil, for at most 10 s.
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -71,8 +71,8 @@ func next(t *testing.T, ch <-chan request) request {
 	select {
 	case r := <-ch:
 		return r
-	case <-time.After(20 * time.Second):
-		t.Fatal("no write within 20s")
+	case <-time.After(2 * time.Minute):
+		t.Fatal("no write within 2 min")
 		return request{}
 	}
 }

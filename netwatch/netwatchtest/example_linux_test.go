@@ -65,7 +65,7 @@ func Example() {
 	go r.Run(ctx)
 
 	// Wait for the pass that converges, then read the result back.
-	timeout := time.After(5 * time.Second)
+	timeout := time.After(2 * time.Minute)
 	for !r.Converged() {
 		select {
 		case p := <-passes:

@@ -112,7 +112,7 @@ func TestKernelNetNSCleanup(t *testing.T) {
 	})
 	// The thread that held the namespace ends right after the test; the
 	// runtime reaps it asynchronously, so poll with a deadline.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		_, err := os.Stat(path)
 		if os.IsNotExist(err) {

@@ -511,9 +511,11 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// poll calls cond every 50 ms until it returns nil or d has passed; then
-// it returns cond's last error.
+// poll calls cond every 50 ms until it returns nil or, after 2 minutes (or
+// d, if longer: only a hang reaches either), returns cond's last error. d is
+// how long it takes on a quiet machine.
 func poll(d time.Duration, cond func() error) error {
+	d = max(d, 2*time.Minute)
 	deadline := time.Now().Add(d)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()

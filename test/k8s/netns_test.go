@@ -195,7 +195,7 @@ func (c *cluster) newNode(t testing.TB) *node {
 		t.Fatal(err)
 	}
 	// The agent's path to the API server works before it starts.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	hc := httpClientIn(ns, &tls.Config{InsecureSkipVerify: true})
 	if err := poll(ctx, 50*time.Millisecond, func() error {
