@@ -121,6 +121,7 @@ func TestParseArgs(t *testing.T) {
 			if tt.want.wireguardPoll == 0 {
 				tt.want.wireguardPoll = wgpeers.DefaultInterval
 			}
+			tt.want.pathLearn = true // --path-mtu-learn's default; no case turns it off
 			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(options{}), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b }),
 				cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 				t.Errorf("parseArgs(%q) (-want +got):\n%s", tt.args, diff)

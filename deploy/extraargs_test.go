@@ -27,6 +27,9 @@ var neverExtra = map[string]string{
 	"--peer":    "verify's alone: run refuses it",
 	// The exec probes ask the default path; another one fails them all.
 	"--health-socket": "moves the health socket away from where the probes ask: every pod would be killed",
+	// The chart runs --peers=auto, which the mesh mode refuses beside it.
+	"--wireguard-link": "the mesh mode goes alone, and the chart always sets --peers: every pod would exit 2",
+	"--wireguard-poll": "only with --wireguard-link, which the chart cannot run",
 	// Every agent probes every other one on this port.
 	"--path-mtu-probe-port": "the responder's port must be the same on every node: one pod alone would probe a port nobody answers",
 }

@@ -399,6 +399,10 @@ var notGolden = map[string]bool{
 	// Registered only with the uninstall switch, which is read only in a
 	// pod (agent/uninstall_linux.go).
 	"marksplit_uninstall_switch": true,
+	// Registered only with --path-mtu-probe, which opens the probe sockets
+	// and the responder (agent/pathprobe_linux.go); the golden run does not.
+	"marksplit_path_mtu_searches_total": true,
+	"marksplit_path_mtu_probes_total":   true,
 }
 
 // quoteRE finds a quoted message of one of the programs or packages:

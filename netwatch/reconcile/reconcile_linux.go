@@ -309,9 +309,9 @@ type loop struct {
 	// steppedBack are the main-table routes no longer repaired: another
 	// program re-asserts them (fight_linux.go).
 	steppedBack map[netwatch.RouteKey]bool
-	fightEnd time.Time           // when the next fight ends if nothing happens
-	gcAt     time.Time           // when to forget old objects next
-	said     map[string]bool     // the policy's notes logged, while they hold
+	fightEnd    time.Time       // when the next fight ends if nothing happens
+	gcAt        time.Time       // when to forget old objects next
+	said        map[string]bool // the policy's notes logged, while they hold
 }
 
 func (r *Reconciler) newLoop() (*loop, error) {
