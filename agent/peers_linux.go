@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/marksplit/marksplit/internal/ciliumnode"
+	"github.com/marksplit/marksplit/internal/pathmtu"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
@@ -69,6 +70,14 @@ func (s *peerSet) has(a netip.Addr) bool {
 // setPeers records a new peer set and, when its addresses changed, asks
 // for a pass. The first set is logged.
 func (l *loop) setPeers(next *peerSet) {
+	// The store learns the new peers (and their declared values) before
+	// the set is published: a pass that sees a peer also sees its value.
+	old := l.peers.Load()
+	changed := old == nil || !slices.Equal(old.addrs, next.addrs)
+	var cs []pathmtu.Change
+	if changed {
+		cs = l.pmtu.SetPeers(next.addrs)
+	}
 	prev := l.peers.Swap(next)
 	if prev == nil {
 		l.log.Info("CiliumNodes listed", "nodes", next.nodes, "encrypting_peers", next.encrypting, "peer_addresses", len(next.addrs))
@@ -79,8 +88,8 @@ func (l *loop) setPeers(next *peerSet) {
 	case next.incomplete == "" && prev != nil && prev.incomplete != "":
 		l.log.Info("the peer set is complete again")
 	}
-	if prev == nil || !slices.Equal(prev.addrs, next.addrs) {
-		l.pathChanged(l.pmtu.SetPeers(next.addrs))
+	if changed {
+		l.pathChanged(cs)
 		l.r.Trigger()
 	}
 }

@@ -479,10 +479,12 @@ func TestKernelResponderHostile(t *testing.T) {
 		t.Errorf("after the flood: %+v, want %d", res, worldMax)
 	}
 	// The socket reads in order: the search's answers came after the flood
-	// (less what the queues dropped of a burst) was read.
+	// (less what the queues dropped of a burst) was read. A probe can be
+	// lost to a queue still full of the flood on a busy machine (the search
+	// repeats it), so the answers are at most the probes, and some.
 	st := r.Stats()
 	t.Logf("after the flood and a search of %d probes: %+v", res.Probes, st)
-	if st.Answered != uint64(res.Probes) || st.Refused == 0 || st.Malformed == 0 || st.Refused > 500 || st.Malformed > 500 {
+	if st.Answered == 0 || st.Answered > uint64(res.Probes) || st.Refused == 0 || st.Malformed == 0 || st.Refused > 500 || st.Malformed > 500 {
 		t.Errorf("after the flood and a search of %d probes: %+v", res.Probes, st)
 	}
 }
