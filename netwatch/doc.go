@@ -31,14 +31,15 @@
 // the cache holds every change the kernel made before the call, such as the
 // caller's own.
 //
-// A View answers what policies ask: Link, LinkByName, Addrs, Routes, Rules,
-// and the questions every policy has: SourceAddrs (a link's usable
-// addresses of a family, primary first), DefaultRoutes (out of a link,
-// lowest metric first), each in a documented order, and RoutesWithin (the routes inside a prefix). Link and
-// address flags are typed and tested as net.Interface's are
-// (l.Flags&LinkUp != 0; LinkLowerUp, AddrTentative, and Addr.Usable).
-// Options.RouteTables limits the route cache to some tables; View.Cached
-// says which, and reconcile.Plan refuses to own or repair a table outside them.
+// A View answers what policies ask: Link, LinkByName, Addrs, Routes, Rules, and
+// the questions every policy has: SourceAddrs (a link's usable addresses of a
+// family, primary first), DefaultRoutes (out of a link, lowest metric first),
+// each in a documented order, RoutesWithin (the routes inside a prefix) and
+// Covering (the route a lookup in one table picks for an address). Link and
+// address flags are typed and tested as net.Interface's are (l.Flags&LinkUp !=
+// 0; LinkLowerUp, AddrTentative, and Addr.Usable). Options.RouteTables limits
+// the route cache to some tables; View.Cached says which, and reconcile.Plan
+// refuses to own or repair a table outside them.
 //
 // # Who changed what
 //
