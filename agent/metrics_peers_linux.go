@@ -55,16 +55,21 @@ func (c *peerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descPeersLastRead, prometheus.GaugeValue, last)
 	ps := c.l.peers.Load()
+	// A key counts only while node encryption is on: standing down, no peer
+	// encrypts, whether or not the first list has come.
+	down := c.l.standingDown() != ""
+	if down {
+		ch <- prometheus.MustNewConstMetric(descPeersEncrypting, prometheus.GaugeValue, 0)
+		ch <- prometheus.MustNewConstMetric(descPeerAddrs, prometheus.GaugeValue, 0)
+	}
 	if ps == nil {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(descPeerNodes, prometheus.GaugeValue, float64(ps.nodes))
-	encrypting, addrs := ps.encrypting, len(ps.addrs)
-	if c.l.standingDown() != "" { // a key counts only while node encryption is on
-		encrypting, addrs = 0, 0
+	if !down {
+		ch <- prometheus.MustNewConstMetric(descPeersEncrypting, prometheus.GaugeValue, float64(ps.encrypting))
+		ch <- prometheus.MustNewConstMetric(descPeerAddrs, prometheus.GaugeValue, float64(len(ps.addrs)))
 	}
-	ch <- prometheus.MustNewConstMetric(descPeersEncrypting, prometheus.GaugeValue, float64(encrypting))
-	ch <- prometheus.MustNewConstMetric(descPeerAddrs, prometheus.GaugeValue, float64(addrs))
 	ch <- prometheus.MustNewConstMetric(descPeersIncomplete, prometheus.GaugeValue, bool01(ps.incomplete != ""))
 	ch <- prometheus.MustNewConstMetric(descPeerProblems, prometheus.GaugeValue, float64(ps.problems))
 	ch <- prometheus.MustNewConstMetric(descPeerNodesLeftOut, prometheus.GaugeValue, float64(ps.dropped))
