@@ -4,15 +4,15 @@ package netwatch
 
 import (
 	"context"
-	"encoding/binary"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/marksplit/marksplit/internal/sockdiag"
 )
 
 // A notification names the requester only by its socket's netlink port.
@@ -226,38 +226,13 @@ func readComm(pid int) string {
 	return strings.TrimSpace(string(b))
 }
 
-// sockDiagByFamily is SOCK_DIAG_BY_FAMILY (linux/sock_diag.h).
-const sockDiagByFamily = 20
-
 // listNetlinkSockets returns the NETLINK_ROUTE sockets of the namespace
 // netns (0: the calling thread's) by port, with their inodes.
 func listNetlinkSockets(netns int) (map[uint32]uint64, error) {
-	c, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, &netlink.Config{NetNS: netns})
+	c, err := sockdiag.Dial(netns)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	// struct netlink_diag_req: family, protocol, pad, ino, show, cookie.
-	req := make([]byte, 20)
-	req[0] = unix.AF_NETLINK
-	req[1] = unix.NETLINK_ROUTE
-	msgs, err := c.Execute(netlink.Message{
-		Header: netlink.Header{Type: sockDiagByFamily, Flags: netlink.Request | netlink.Dump},
-		Data:   req,
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[uint32]uint64, len(msgs))
-	for _, m := range msgs {
-		// struct netlink_diag_msg: family, type, protocol, state, portid,
-		// dst_portid, dst_group, ino, cookie.
-		if len(m.Data) < 20 {
-			continue
-		}
-		if port := binary.NativeEndian.Uint32(m.Data[4:8]); port != 0 {
-			out[port] = uint64(binary.NativeEndian.Uint32(m.Data[16:20]))
-		}
-	}
-	return out, nil
+	return c.NetlinkPorts(unix.NETLINK_ROUTE)
 }

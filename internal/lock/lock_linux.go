@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,9 +16,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/marksplit/marksplit/internal/sockdiag"
 	"github.com/marksplit/marksplit/internal/textsafe"
 )
 
@@ -289,15 +288,6 @@ type lockSocket struct {
 	uidKnown bool
 }
 
-// unix_diag (linux/unix_diag.h), which x/sys/unix lacks.
-const (
-	udiagShowName = 0x01
-	udiagShowUID  = 0x40
-	unixDiagName  = 0
-	unixDiagUID   = 7
-	tcpListen     = 10
-)
-
 // listLockSockets lists the listening unix sockets of the network
 // namespace whose name begins with lockPrefix, each with its owner's uid,
 // from the kernel's socket diagnostics (which need no privilege); without
@@ -316,44 +306,19 @@ func listLockSockets() ([]lockSocket, error) {
 
 // diagLockSockets is listLockSockets by NETLINK_SOCK_DIAG.
 func diagLockSockets() ([]lockSocket, error) {
-	c, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, nil)
+	c, err := sockdiag.Dial(0)
 	if err != nil {
-		return nil, fmt.Errorf("list unix sockets: %w", err)
+		return nil, err
 	}
 	defer c.Close()
-	req := make([]byte, 24) // struct unix_diag_req
-	req[0] = unix.AF_UNIX
-	binary.NativeEndian.PutUint32(req[4:], 1<<tcpListen)
-	binary.NativeEndian.PutUint32(req[12:], udiagShowName|udiagShowUID)
-	msgs, err := c.Execute(netlink.Message{
-		Header: netlink.Header{Type: unix.SOCK_DIAG_BY_FAMILY, Flags: netlink.Request | netlink.Dump},
-		Data:   req,
-	})
+	all, err := c.UnixListeners()
 	if err != nil {
-		return nil, fmt.Errorf("list unix sockets: %w", err)
+		return nil, err
 	}
 	var socks []lockSocket
-	for _, m := range msgs {
-		if len(m.Data) < 16 { // struct unix_diag_msg
-			continue
-		}
-		ad, err := netlink.NewAttributeDecoder(m.Data[16:])
-		if err != nil {
-			continue
-		}
-		var s lockSocket
-		for ad.Next() {
-			switch ad.Type() {
-			case unixDiagName:
-				if b := ad.Bytes(); len(b) > 0 && b[0] == 0 {
-					s.name = "@" + string(b[1:])
-				}
-			case unixDiagUID: // since Linux 5.3; else SO_PEERCRED says
-				s.uid, s.uidKnown = ad.Uint32(), true
-			}
-		}
-		if strings.HasPrefix(s.name, lockPrefix) {
-			socks = append(socks, s)
+	for _, s := range all {
+		if strings.HasPrefix(s.Name, lockPrefix) {
+			socks = append(socks, lockSocket{name: s.Name, uid: s.UID, uidKnown: s.UIDKnown})
 		}
 	}
 	return socks, nil
