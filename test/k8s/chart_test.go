@@ -78,13 +78,13 @@ func TestKernelK8sChartDigestAndPace(t *testing.T) {
 		image        string
 		pace         any
 	}{
-		{"chart defaults", "helm template marksplit charts/marksplit -n kube-system", "ghcr.io/marksplit/marksplit:v0.1.0", "10%"},
+		{"chart defaults", "helm template marksplit charts/marksplit -n kube-system", "ghcr.io/marksplit/marksplit:v0.2.0", "10%"},
 		{"chart digest and a number", "helm template marksplit charts/marksplit -n kube-system --set image.digest=" + testDigestK8s + " --set updateStrategy.maxUnavailable=3",
-			"ghcr.io/marksplit/marksplit:v0.1.0@" + testDigestK8s, float64(3)},
-		{"chart percentage", "helm template marksplit charts/marksplit -n kube-system --set updateStrategy.maxUnavailable=25%", "ghcr.io/marksplit/marksplit:v0.1.0", "25%"},
-		{"kustomize defaults", "kubectl kustomize deploy/", "ghcr.io/marksplit/marksplit:v0.1.0", "10%"},
-		{"kustomize digest", "sed -i 's/^    newTag: v0.1.0$/    newTag: v0.1.0\\n    digest: " + testDigestK8s + "/' deploy/kustomization.yaml && kubectl kustomize deploy/",
-			"ghcr.io/marksplit/marksplit:v0.1.0@" + testDigestK8s, "10%"},
+			"ghcr.io/marksplit/marksplit:v0.2.0@" + testDigestK8s, float64(3)},
+		{"chart percentage", "helm template marksplit charts/marksplit -n kube-system --set updateStrategy.maxUnavailable=25%", "ghcr.io/marksplit/marksplit:v0.2.0", "25%"},
+		{"kustomize defaults", "kubectl kustomize deploy/", "ghcr.io/marksplit/marksplit:v0.2.0", "10%"},
+		{"kustomize digest", "sed -i 's/^    newTag: v0.2.0$/    newTag: v0.2.0\\n    digest: " + testDigestK8s + "/' deploy/kustomization.yaml && kubectl kustomize deploy/",
+			"ghcr.io/marksplit/marksplit:v0.2.0@" + testDigestK8s, "10%"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			out, code := e.run(t, "", tt.render)

@@ -73,7 +73,7 @@ func (c *cluster) podTokenFor(t *testing.T, ctx context.Context, ns, sa, node st
 		"metadata": map[string]any{"name": "marksplit-" + node, "labels": map[string]any{"app.kubernetes.io/name": "marksplit"}},
 		"spec": map[string]any{
 			"nodeName": node, "serviceAccountName": sa,
-			"containers": []any{map[string]any{"name": "marksplit", "image": "ghcr.io/marksplit/marksplit:v0.1.0"}},
+			"containers": []any{map[string]any{"name": "marksplit", "image": "ghcr.io/marksplit/marksplit:v0.2.0"}},
 		},
 	})
 	if err != nil {

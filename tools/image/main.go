@@ -3,7 +3,7 @@
 // `make release` built, each on an empty base, one image per platform and an
 // OCI index over them, written as an OCI image-layout tar archive.
 //
-//	go run . -out ../../bin/marksplit-image.tar -version v0.1.0 -revision $(git rev-parse HEAD) \
+//	go run . -out ../../bin/marksplit-image.tar -version v0.2.0 -revision $(git rev-parse HEAD) \
 //	    -epoch $(git log -1 --format=%ct) \
 //	    linux/amd64=../../bin/marksplit-linux-amd64 linux/arm64=../../bin/marksplit-linux-arm64
 //
