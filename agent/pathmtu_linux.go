@@ -26,6 +26,9 @@ func (l *loop) pathChanged(cs []pathmtu.Change) {
 	now := time.Now()
 	for _, c := range cs {
 		l.met.pathChange(c)
+		if c.From.Source == pathmtu.SourceLearned || c.To.Source == pathmtu.SourceLearned {
+			l.probe.learnedChanged()
+		}
 		if c.To.Source == pathmtu.SourceNone {
 			l.log.Info("path MTU of peer " + c.Peer.String() + " forgotten: the peer left")
 			continue

@@ -118,7 +118,7 @@ func (l *loop) peerPolicy(v netwatch.View, mode mtupolicy.Mode) (reconcile.Desir
 	}
 	if tun, ok := v.LinkByName(l.cfg.TunnelLink); ok {
 		l.pmtu.SetTunnelMTU(int(tun.MTU))
-		l.probe.sync(ps.addrs, int(tun.MTU))
+		l.probe.sync(v, ps.addrs, int(tun.MTU))
 	}
 	return l.peerIndex.DesiredPeers(v, l.cfg, mode, ps.addrs, l.pmtu.Inner())
 }
