@@ -241,12 +241,18 @@ func (w *world) tunnelTxBytes() uint64 {
 // (MTU 1450 − 95, fwmark 0xe00), with one peer.
 func (w *world) wireguard(ns, priv, peerPub, addr, endpoint, allowed string) {
 	w.t.Helper()
+	w.cilium(ns, priv, addr, []string{"peer", peerPub, "endpoint", endpoint, "allowed-ips", allowed})
+}
+
+// cilium gives the node ns its cilium_wg0 as Cilium configures it, with
+// the peers of peerArgs (wg set's "peer KEY endpoint … allowed-ips …").
+func (w *world) cilium(ns, priv, addr string, peerArgs []string) {
+	w.t.Helper()
 	keyFile := filepath.Join(w.t.TempDir(), "key")
 	if err := os.WriteFile(keyFile, []byte(priv+"\n"), 0o600); err != nil {
 		w.t.Fatal(err)
 	}
-	wgset := []string{"wg", "set", "cilium_wg0", "listen-port", "51871", "fwmark", "0xe00", "private-key", keyFile,
-		"peer", peerPub, "endpoint", endpoint, "allowed-ips", allowed}
+	wgset := append([]string{"wg", "set", "cilium_wg0", "listen-port", "51871", "fwmark", "0xe00", "private-key", keyFile}, peerArgs...)
 	if w.p.wireguardGo == "" {
 		w.ip(ns, "link add cilium_wg0 type wireguard")
 		w.must(append([]string{"ip", "netns", "exec", ns}, wgset...)...)
