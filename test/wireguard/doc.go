@@ -48,6 +48,16 @@
 // UAPI socket is) while `wg set` adds and removes peers, roams an endpoint
 // and changes allowed IPs.
 //
+// TestKernelWireGuardPathMTU (issue 35) builds a router instead of the
+// gateway's bridge and three peers behind it (10.0.1.9–10.0.3.9), each on a
+// path of its own: full (1450), a silent black hole (the router's end 1450,
+// the peer's 1300: frames up to 1304 bytes pass, larger ones vanish with no
+// ICMP) and a hop of 1368 bytes that sends ICMP. The agent runs with
+// --peers=auto against internal/apitest's stand-in API server, in the
+// worker's namespace, and each peer answers probes with internal/pathprobe's
+// responder (the module replaces the library with ../..). Host TCP to the
+// peers is redirected into cilium_wg0 as in TestKernelWireGuardHostTraffic.
+//
 // # Debugging
 //
 // A failing test logs the agent's output. Namespaces are named
