@@ -45,8 +45,12 @@
 //   - Routes of every table and both families, keyed by (family, table,
 //     destination, TOS, metric), IPv6 metric 1024 by default; tables that
 //     exist once something created them (IPv4 none at first, IPv6 main and
-//     local); create, exclusive create (EEXIST), replace, the IPv4 delete
-//     wildcards (scope RT_SCOPE_NOWHERE, metric 0); ENODEV, ENETDOWN,
+//     local); create, exclusive create (EEXIST), replace; deletes as the
+//     kernel's: the IPv4 wildcards (scope RT_SCOPE_NOWHERE, metric 0), an
+//     IPv6 metric 0 that means 1024, a gateway or link given that must
+//     match, and on IPv4 every metric given; every route metric
+//     (RTA_METRICS), "mtu lock" included, kept, clamped and refused as
+//     the kernel does; ENODEV, ENETDOWN,
 //     ESRCH, ENOENT and the validation errors with their messages; strict
 //     dumps filtered by table, protocol, type and output link (ENOENT
 //     for a missing table; every strict route dump carries
@@ -85,8 +89,9 @@
 // Routes the kernel derives from addresses and link state (prefix, local
 // and broadcast routes, IPv6 link-local addresses, multicast routes),
 // gateway reachability, multipath and nexthop objects, several routes per
-// key (append, prepend), source-specific routes, route metrics other than
-// the MTU, IPv6 duplicate address detection and address lifetimes, link
+// key (append, prepend), source-specific routes, congestion control
+// algorithms other than reno and cubic, IPv6 duplicate address detection
+// and address lifetimes, link
 // carrier (an up link has carrier), veth peers and link renames, rule
 // actions other than lookup, blackhole, unreachable and prohibit, rule
 // selectors beyond from, to, tos, fwmark, iif and oif. A request that uses

@@ -12,6 +12,7 @@ import (
 
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/internal/fakekernel"
+	"golang.org/x/sys/unix"
 )
 
 // Kernel is a fake rtnetlink kernel: one network namespace's links,
@@ -66,8 +67,9 @@ func (k *Kernel) DelAddr(index uint32, prefix netip.Prefix) error {
 // AddRoute adds r as `ip route add` does. As ip(8) takes them, in every
 // method that takes a route: Table 0 is the main table, Family 0 is Dst's,
 // Type 0 is unicast. Attributes the fake does not model (next hops,
-// metrics other than the MTU, flags, encapsulation, expiry, source prefix)
-// are refused.
+// flags, encapsulation, expiry, source prefix, a congestion control other
+// than reno and cubic) are refused; every metric, "mtu lock" included, is
+// kept as the kernel keeps it.
 func (k *Kernel) AddRoute(r netwatch.Route) error {
 	e, err := engineRoute(r)
 	if err != nil {
@@ -312,7 +314,7 @@ func (p *Program) DelRule(r netwatch.Rule) error {
 func fromEngine(r fakekernel.Route) netwatch.Route {
 	return netwatch.Route{Family: family(r.Dst.Addr()), Table: netwatch.Table(r.Table), Dst: r.Dst,
 		TOS: r.TOS, Metric: r.Metric, Gateway: r.Gateway, Index: r.Index, PrefSrc: r.PrefSrc, MTU: r.MTU,
-		Protocol: netwatch.Protocol(r.Protocol), Scope: netwatch.Scope(r.Scope), Type: netwatch.RouteType(r.Type)}
+		Metrics: fromEngineMetrics(r.Metrics), Protocol: netwatch.Protocol(r.Protocol), Scope: netwatch.Scope(r.Scope), Type: netwatch.RouteType(r.Type)}
 }
 
 func ruleFamily(af uint8) netwatch.Family {
@@ -337,7 +339,7 @@ func engineRoute(r netwatch.Route) (fakekernel.Route, error) {
 		return fakekernel.Route{}, errors.New("netwatchtest: route without a destination")
 	case r.Family != 0 && r.Family != family(r.Dst.Addr()):
 		return fakekernel.Route{}, fmt.Errorf("netwatchtest: route %v: family %v", r.Dst, r.Family)
-	case r.Src.IsValid() || r.Flags != 0 || r.NextHops != nil || r.NHID != 0 || r.Metrics != (netwatch.Metrics{}) ||
+	case r.Src.IsValid() || r.Flags != 0 || r.NextHops != nil || r.NHID != 0 || r.Metrics.Attrs != "" ||
 		r.Flow != 0 || r.Pref != 0 || !r.Expires.IsZero() || r.Encap != (netwatch.Encap{}) || r.Attrs != "":
 		return fakekernel.Route{}, fmt.Errorf("netwatchtest: route %v: an attribute the fake kernel does not model", r.Dst)
 	}
@@ -345,7 +347,36 @@ func engineRoute(r netwatch.Route) (fakekernel.Route, error) {
 		r.Table = netwatch.TableMain
 	}
 	return fakekernel.Route{Table: uint32(r.Table), Dst: r.Dst, TOS: r.TOS, Metric: r.Metric, Gateway: r.Gateway,
-		Index: r.Index, PrefSrc: r.PrefSrc, MTU: r.MTU, Protocol: uint8(r.Protocol), Scope: uint8(r.Scope), Type: uint8(r.Type)}, nil
+		Index: r.Index, PrefSrc: r.PrefSrc, MTU: r.MTU, Metrics: engineMetrics(r.Metrics), Protocol: uint8(r.Protocol),
+		Scope: uint8(r.Scope), Type: uint8(r.Type)}, nil
+}
+
+// metricFields are netwatch's Metrics fields by RTAX_* type, all but the
+// congestion control and the MTU (a field of Route).
+func metricFields(m *netwatch.Metrics) map[int]*uint32 {
+	return map[int]*uint32{
+		unix.RTAX_LOCK: &m.Locks, unix.RTAX_WINDOW: &m.Window, unix.RTAX_RTT: &m.RTT,
+		unix.RTAX_RTTVAR: &m.RTTVar, unix.RTAX_SSTHRESH: &m.SSThresh, unix.RTAX_CWND: &m.CWnd,
+		unix.RTAX_ADVMSS: &m.AdvMSS, unix.RTAX_REORDERING: &m.Reordering, unix.RTAX_HOPLIMIT: &m.HopLimit,
+		unix.RTAX_INITCWND: &m.InitCWnd, unix.RTAX_FEATURES: &m.Features, unix.RTAX_RTO_MIN: &m.RTOMin,
+		unix.RTAX_INITRWND: &m.InitRWnd, unix.RTAX_QUICKACK: &m.QuickAck, unix.RTAX_FASTOPEN_NO_COOKIE: &m.FastOpen,
+	}
+}
+
+func engineMetrics(m netwatch.Metrics) fakekernel.Metrics {
+	e := fakekernel.Metrics{CongCtl: m.CongCtl}
+	for typ, v := range metricFields(&m) {
+		e.Values[typ] = *v
+	}
+	return e
+}
+
+func fromEngineMetrics(e fakekernel.Metrics) netwatch.Metrics {
+	m := netwatch.Metrics{CongCtl: e.CongCtl}
+	for typ, v := range metricFields(&m) {
+		*v = e.Values[typ]
+	}
+	return m
 }
 
 // engineRule is r in the fake kernel's terms, or why the fake cannot hold

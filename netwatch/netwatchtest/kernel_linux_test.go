@@ -185,3 +185,55 @@ func TestOverflow(t *testing.T) {
 		t.Fatalf("no resync after the overflow: %+v", w.Stats().Resyncs)
 	}
 }
+
+// TestKernelRouteMetrics: the fake keeps every metric a route is given,
+// "mtu lock" included, and hands it back as netwatch reads it, through
+// the Go API and through an Applier alike; deleting names the metrics as
+// the kernel's IPv4 delete does.
+func TestKernelRouteMetrics(t *testing.T) {
+	k := New()
+	defer k.Close()
+	eth := k.AddLink("eth0", "veth", 1500, true)
+	r := netwatch.Route{Family: netwatch.IPv4, Table: 920, Dst: netip.MustParsePrefix("10.9.0.0/16"), Index: eth,
+		MTU: 1355, Protocol: netwatch.ProtoStatic, Scope: netwatch.ScopeLink, Type: netwatch.RouteUnicast,
+		Metrics: netwatch.Metrics{Locks: netwatch.LockMTU, AdvMSS: 1300, HopLimit: 64, CongCtl: "cubic", Features: 1}}
+	a, err := netwatch.DialApplier(k.NetNS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.Apply([]netwatch.Op{{Kind: netwatch.RouteReplace, Route: r}}); err != nil {
+		t.Fatal(err)
+	}
+	got := k.Snapshot().View().Route(r.Key())
+	if len(got) != 1 || !got[0].Equal(r) {
+		t.Fatalf("the fake holds %v, want %v", got, r)
+	}
+	if s := got[0].String(); !strings.Contains(s, "mtu lock 1355") {
+		t.Errorf("%q does not say mtu lock 1355", s)
+	}
+	other := r
+	other.Metrics.Locks = 1 << 3 // the window's lock, not the MTU's
+	if err := k.DelRoute(other); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("delete with another lock: %v, want ESRCH", err)
+	}
+	other.Metrics.Locks, other.MTU = r.Metrics.Locks, 1300
+	if err := k.DelRoute(other); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("delete with another MTU: %v, want ESRCH", err)
+	}
+	big := r
+	big.Dst, big.MTU = netip.MustParsePrefix("10.8.0.0/16"), 70000
+	if err := k.AddRoute(big); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.Snapshot().View().Route(big.Key()); len(got) != 1 || got[0].MTU != 65520 {
+		t.Errorf("mtu 70000: the fake holds %v, want the kernel's clamp to 65520", got)
+	}
+	if err := k.AddRoute(netwatch.Route{Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth,
+		Metrics: netwatch.Metrics{CongCtl: "bbr"}}); !errors.Is(err, syscall.EOPNOTSUPP) {
+		t.Errorf("congctl bbr: %v, want EOPNOTSUPP (not modelled)", err)
+	}
+	if err := k.DelRoute(r); err != nil {
+		t.Errorf("delete with the lock: %v", err)
+	}
+}

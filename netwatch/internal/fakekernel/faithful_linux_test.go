@@ -228,6 +228,32 @@ var faithSteps = []faithStep{
 		m.Scope, m.Type, m.Protocol, m.Attributes.OutIface = unix.RT_SCOPE_NOWHERE, 0, 0, 3
 	})},
 
+	// Route metrics, "mtu lock" included: what the kernel keeps, clamps
+	// and refuses, and how an IPv4 delete must name them.
+	{"v4 metrics, mtu lock", unix.RTM_NEWROUTE, fAdd, rtMx("10.20.0.0/16", 900, func(m *rtnetlink.RouteMessage) { m.Attributes.OutIface = 2 },
+		uint16(unix.RTAX_LOCK), uint32(1<<unix.RTAX_MTU), uint16(unix.RTAX_MTU), uint32(1300), uint16(unix.RTAX_WINDOW), uint32(5),
+		uint16(unix.RTAX_RTT), uint32(800), uint16(unix.RTAX_RTTVAR), uint32(200), uint16(unix.RTAX_SSTHRESH), uint32(7),
+		uint16(unix.RTAX_CWND), uint32(9), uint16(unix.RTAX_ADVMSS), uint32(70000), uint16(unix.RTAX_REORDERING), uint32(4),
+		uint16(unix.RTAX_HOPLIMIT), uint32(300), uint16(unix.RTAX_INITCWND), uint32(10), uint16(unix.RTAX_FEATURES), uint32(1),
+		uint16(unix.RTAX_RTO_MIN), uint32(50), uint16(unix.RTAX_INITRWND), uint32(20), uint16(unix.RTAX_QUICKACK), uint32(1),
+		uint16(unix.RTAX_CC_ALGO), "cubic", uint16(unix.RTAX_FASTOPEN_NO_COOKIE), uint32(1))},
+	{"v4 mtu above the limit: clamped", unix.RTM_NEWROUTE, fAdd, rtMx("10.21.0.0/16", 900, func(m *rtnetlink.RouteMessage) { m.Attributes.OutIface = 2 }, uint16(unix.RTAX_MTU), uint32(70000))},
+	{"v4 metric 0 of a type: not reported", unix.RTM_NEWROUTE, fAdd, rtMx("10.22.0.0/16", 900, func(m *rtnetlink.RouteMessage) { m.Attributes.OutIface = 2 }, uint16(unix.RTAX_WINDOW), uint32(0), uint16(0), uint32(3))},
+	{"v4 unknown feature: EINVAL", unix.RTM_NEWROUTE, fAdd, rtMx("10.23.0.0/16", 900, func(m *rtnetlink.RouteMessage) { m.Attributes.OutIface = 2 }, uint16(unix.RTAX_FEATURES), uint32(0x20))},
+	{"v4 unknown metric type: EINVAL", unix.RTM_NEWROUTE, fAdd, rtMx("10.23.0.0/16", 900, func(m *rtnetlink.RouteMessage) { m.Attributes.OutIface = 2 }, uint16(unix.RTAX_MAX+1), uint32(1))},
+	{"v4 short metric: EINVAL", unix.RTM_NEWROUTE, fAdd, rtMx("10.23.0.0/16", 900, func(m *rtnetlink.RouteMessage) { m.Attributes.OutIface = 2 }, uint16(unix.RTAX_MTU), []byte{1, 2})},
+	{"v4 replace keeps only the new metrics", unix.RTM_NEWROUTE, fReplace, rtMx("10.21.0.0/16", 900, func(m *rtnetlink.RouteMessage) { m.Attributes.OutIface = 2 },
+		uint16(unix.RTAX_LOCK), uint32(1<<unix.RTAX_MTU), uint16(unix.RTAX_MTU), uint32(1400), uint16(unix.RTAX_CC_ALGO), "reno")},
+	{"v4 metrics dump", unix.RTM_GETROUTE, fDump, &rtnetlink.RouteMessage{Family: 2, Attributes: rtnetlink.RouteAttributes{Table: 900}}},
+	{"v4 delete without the lock: ESRCH", unix.RTM_DELROUTE, fAck, rtMx("10.21.0.0/16", 900, nil, uint16(unix.RTAX_MTU), uint32(1400), uint16(unix.RTAX_LOCK), uint32(0))},
+	{"v4 delete by another mtu: ESRCH", unix.RTM_DELROUTE, fAck, rtMx("10.21.0.0/16", 900, nil, uint16(unix.RTAX_MTU), uint32(1300))},
+	{"v4 delete by another congestion control: ESRCH", unix.RTM_DELROUTE, fAck, rtMx("10.21.0.0/16", 900, nil, uint16(unix.RTAX_CC_ALGO), "cubic")},
+	{"v4 delete by an unknown metric type: ESRCH", unix.RTM_DELROUTE, fAck, rtMx("10.21.0.0/16", 900, nil, uint16(unix.RTAX_MAX+1), uint32(0))},
+	{"v4 delete by the clamped value only: ESRCH", unix.RTM_DELROUTE, fAck, rtMx("10.20.0.0/16", 900, nil, uint16(unix.RTAX_ADVMSS), uint32(70000))},
+	{"v4 delete by mtu lock", unix.RTM_DELROUTE, fAck, rtMx("10.21.0.0/16", 900, nil,
+		uint16(unix.RTAX_LOCK), uint32(1<<unix.RTAX_MTU), uint16(unix.RTAX_MTU), uint32(1400), uint16(unix.RTAX_CC_ALGO), "reno")},
+	{"v4 delete by a metric the route has", unix.RTM_DELROUTE, fAck, rtMx("10.22.0.0/16", 900, nil, uint16(unix.RTAX_WINDOW), uint32(0))},
+
 	{"v4 address", unix.RTM_NEWADDR, fAdd, addrMsg(2, "10.0.0.5/16", 0)},
 	{"v4 secondary", unix.RTM_NEWADDR, fAdd, addrMsg(2, "10.0.0.6/16", 0)},
 	{"v4 address on br1", unix.RTM_NEWADDR, fAdd, addrMsg(3, "10.7.0.5/16", 0)},
@@ -247,6 +273,18 @@ var faithSteps = []faithStep{
 	})},
 	{"v4 gateway route", unix.RTM_NEWROUTE, fAdd, rt("10.5.0.0/16", 900, func(m *rtnetlink.RouteMessage) {
 		m.Attributes.OutIface, m.Attributes.Gateway, m.Scope = 2, ip("10.0.0.1"), 0
+	})},
+	{"v4 delete by another gateway: ESRCH", unix.RTM_DELROUTE, fAck, rt("10.5.0.0/16", 900, func(m *rtnetlink.RouteMessage) {
+		m.Scope, m.Type, m.Protocol, m.Attributes.Gateway = unix.RT_SCOPE_NOWHERE, 0, 0, ip("10.0.0.99")
+	})},
+	{"v4 delete by another link: ESRCH", unix.RTM_DELROUTE, fAck, rt("10.5.0.0/16", 900, func(m *rtnetlink.RouteMessage) {
+		m.Scope, m.Type, m.Protocol, m.Attributes.OutIface = unix.RT_SCOPE_NOWHERE, 0, 0, 3
+	})},
+	{"v4 gateway route again", unix.RTM_NEWROUTE, fAdd, rt("10.15.0.0/16", 900, func(m *rtnetlink.RouteMessage) {
+		m.Attributes.OutIface, m.Attributes.Gateway, m.Scope = 2, ip("10.0.0.1"), 0
+	})},
+	{"v4 delete by its gateway", unix.RTM_DELROUTE, fAck, rt("10.15.0.0/16", 900, func(m *rtnetlink.RouteMessage) {
+		m.Scope, m.Type, m.Protocol, m.Attributes.Gateway = unix.RT_SCOPE_NOWHERE, 0, 0, ip("10.0.0.1")
 	})},
 	{"v4 main-table route on br1", unix.RTM_NEWROUTE, fAdd, rt("10.8.0.0/16", 254, func(m *rtnetlink.RouteMessage) { m.Attributes.OutIface = 3 })},
 	{"another v4 primary on br0", unix.RTM_NEWADDR, fAdd, addrMsg(2, "10.9.0.5/16", 0)},
@@ -295,6 +333,28 @@ var faithSteps = []faithStep{
 	{"v6 delete in a missing table: ESRCH", unix.RTM_DELROUTE, fAck, rt("fd01::/64", 901, nil)},
 	{"v6 delete by wrong metric: ESRCH", unix.RTM_DELROUTE, fAck, rt("fd0a::/64", 900, func(m *rtnetlink.RouteMessage) { m.Attributes.Priority = 7 })},
 	{"v6 delete", unix.RTM_DELROUTE, fAck, rt("fd0a::/64", 900, func(m *rtnetlink.RouteMessage) { m.Protocol, m.Type = 0, 0 })},
+	{"v6 metrics, mtu lock", unix.RTM_NEWROUTE, fAdd, rtMx("fd20::/64", 900, func(m *rtnetlink.RouteMessage) { m.Attributes.OutIface = 2 },
+		uint16(unix.RTAX_LOCK), uint32(1<<unix.RTAX_MTU), uint16(unix.RTAX_MTU), uint32(1300), uint16(unix.RTAX_HOPLIMIT), uint32(300),
+		uint16(unix.RTAX_ADVMSS), uint32(1200), uint16(unix.RTAX_FEATURES), uint32(2), uint16(unix.RTAX_CC_ALGO), "reno")},
+	{"v6 unknown metric type: EINVAL", unix.RTM_NEWROUTE, fAdd, rtMx("fd21::/64", 900, func(m *rtnetlink.RouteMessage) { m.Attributes.OutIface = 2 }, uint16(unix.RTAX_MAX+1), uint32(1))},
+	{"v6 replace keeps only the new metrics", unix.RTM_NEWROUTE, fReplace, rtMx("fd20::/64", 900, func(m *rtnetlink.RouteMessage) { m.Attributes.OutIface = 2 }, uint16(unix.RTAX_RTT), uint32(80))},
+	{"v6 metrics dump", unix.RTM_GETROUTE, fDump, &rtnetlink.RouteMessage{Family: 10, Attributes: rtnetlink.RouteAttributes{Table: 900}}},
+	{"v6 delete ignores metrics", unix.RTM_DELROUTE, fAck, rtMx("fd20::/64", 900, func(m *rtnetlink.RouteMessage) { m.Protocol, m.Type = 0, 0 },
+		uint16(unix.RTAX_MTU), uint32(1500))},
+	{"v6 gateway route", unix.RTM_NEWROUTE, fAdd, rt("fd22::/64", 900, func(m *rtnetlink.RouteMessage) {
+		m.Attributes.OutIface, m.Attributes.Gateway = 2, ip("fd00::1")
+	})},
+	{"v6 delete by another gateway: ESRCH", unix.RTM_DELROUTE, fAck, rt("fd22::/64", 900, func(m *rtnetlink.RouteMessage) {
+		m.Protocol, m.Type, m.Attributes.Gateway = 0, 0, ip("fd00::99")
+	})},
+	{"v6 delete by another link: ESRCH", unix.RTM_DELROUTE, fAck, rt("fd22::/64", 900, func(m *rtnetlink.RouteMessage) {
+		m.Protocol, m.Type, m.Attributes.OutIface = 0, 0, 3
+	})},
+	{"v6 delete by metric 1024, what 0 became", unix.RTM_DELROUTE, fAck, rt("fd22::/64", 900, func(m *rtnetlink.RouteMessage) {
+		m.Protocol, m.Type, m.Attributes.Priority, m.Attributes.Gateway = 0, 0, 1024, ip("fd00::1")
+	})},
+	{"v6 route with mtu lock for route get", unix.RTM_NEWROUTE, fAdd, rtMx("fd23::/64", 900, func(m *rtnetlink.RouteMessage) { m.Attributes.OutIface = 2 },
+		uint16(unix.RTAX_LOCK), uint32(1<<unix.RTAX_MTU), uint16(unix.RTAX_MTU), uint32(1300), uint16(unix.RTAX_CC_ALGO), "cubic")},
 	{"v6 dump of table 900", unix.RTM_GETROUTE, fDump, &rtnetlink.RouteMessage{Family: 10, Attributes: rtnetlink.RouteAttributes{Table: 900}}},
 	{"v6 dump by protocol", unix.RTM_GETROUTE, fDump, &rtnetlink.RouteMessage{Family: 10, Protocol: 77}},
 	{"v6 route get", unix.RTM_GETROUTE, netlink.Request, rtGet("fd01::9", 0, 0)},
@@ -340,6 +400,10 @@ var faithSteps = []faithStep{
 	{"v6 route get fib match with the mark", unix.RTM_GETROUTE, netlink.Request, rtGet("fd01::9", unix.RTM_F_FIB_MATCH, 0xe00)},
 	{"v6 route get to an unreachable route", unix.RTM_GETROUTE, netlink.Request, rtGet("fd0b::1", 0, 0xe00)},
 	{"route get hitting the blackhole route", unix.RTM_GETROUTE, netlink.Request, rtGet("10.66.1.1", unix.RTM_F_LOOKUP_TABLE, 0)},
+	{"route get of a route with metrics", unix.RTM_GETROUTE, netlink.Request, rtGet("10.20.0.9", unix.RTM_F_LOOKUP_TABLE, 0)},
+	{"route get fib match of a route with metrics", unix.RTM_GETROUTE, netlink.Request, rtGet("10.20.0.9", unix.RTM_F_FIB_MATCH, 0)},
+	{"v6 route get of a route with metrics", unix.RTM_GETROUTE, netlink.Request, rtGet("fd23::9", 0, 0)},
+	{"v6 route get fib match of a route with metrics", unix.RTM_GETROUTE, netlink.Request, rtGet("fd23::9", unix.RTM_F_FIB_MATCH, 0)},
 	{"rule delete by mark without mask: ENOENT", unix.RTM_DELRULE, fAck, &rtnetlink.RuleMessage{Family: 2, Attributes: &rtnetlink.RuleAttributes{Priority: ptr(uint32(900)), FwMark: ptr(uint32(0xe00))}}},
 	{"rule delete ignores not", unix.RTM_DELRULE, fAck, rule(2, 900, 900, func(m *rtnetlink.RuleMessage) {
 		m.Attributes.FwMark, m.Attributes.FwMask = ptr(uint32(0xe00)), ptr(uint32(0xf00))

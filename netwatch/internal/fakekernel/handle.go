@@ -514,9 +514,6 @@ func (k *Kernel) reqRoute(m netlink.Message, o *origin, add bool) *kerr {
 		unix.RTA_PREFSRC, unix.RTA_METRICS, unix.RTA_TABLE, unix.RTA_PREF); ke != nil {
 		return ke
 	}
-	if ke := checkMetrics(m.Data[unix.SizeofRtMsg:]); ke != nil {
-		return ke
-	}
 	if q.msg.SrcLength != 0 {
 		return fail(unix.EOPNOTSUPP, "netwatchtest: source-specific routes are not modelled")
 	}
@@ -531,33 +528,12 @@ func (k *Kernel) reqRoute(m netlink.Message, o *origin, add bool) *kerr {
 	}
 	r := q.route
 	if add {
-		return k.newRoute(r, m.Header.Flags, o)
+		return k.newRoute(r, q.metrics, m.Header.Flags, o)
 	}
 	return k.delRoute(routeFilter{
 		family: fam, table: r.Table, dst: r.Dst, tos: r.TOS, metric: r.Metric, typ: r.Type,
-		scope: r.Scope, prefSrc: r.PrefSrc, protocol: r.Protocol, index: r.Index, gateway: r.Gateway, mtu: r.MTU,
+		scope: r.Scope, prefSrc: r.PrefSrc, protocol: r.Protocol, index: r.Index, gateway: r.Gateway, metrics: q.metrics,
 	}, o)
-}
-
-// checkMetrics refuses RTA_METRICS other than RTAX_MTU.
-func checkMetrics(attrs []byte) *kerr {
-	ad, err := netlink.NewAttributeDecoder(attrs)
-	if err != nil {
-		return fail(unix.EINVAL, "")
-	}
-	for ad.Next() {
-		if ad.Type() != unix.RTA_METRICS {
-			continue
-		}
-		types, err := attrTypes(ad.Bytes())
-		if err != nil {
-			return fail(unix.EINVAL, "")
-		}
-		if ke := checkAttrs("route metrics", types, unix.RTAX_MTU); ke != nil {
-			return ke
-		}
-	}
-	return nil
 }
 
 func (k *Kernel) dumpRoutes(s *socket, m netlink.Message) *kerr {
@@ -677,6 +653,7 @@ func (k *Kernel) getRoute(s *socket, m netlink.Message) *kerr {
 	if hdr.Flags&unix.RTM_F_FIB_MATCH != 0 {
 		rm = routeMessage(r)
 		rm.Table, rm.Attributes.Table = headerTable(table), table
+		extra = metricsAttr(r)
 	} else {
 		rm = rtnetlink.RouteMessage{
 			Family: fam, DstLength: uint8(full), Tos: hdr.Tos, Table: headerTable(table), Type: r.Type,
@@ -684,16 +661,14 @@ func (k *Kernel) getRoute(s *socket, m netlink.Message) *kerr {
 				Table: table, Dst: ipOf(dst), OutIface: r.Index, Gateway: ipOf(r.Gateway), Src: ipOf(r.PrefSrc),
 			},
 		}
-		if r.MTU != 0 {
-			rm.Attributes.Metrics = &rtnetlink.RouteMetrics{MTU: r.MTU}
-		}
+		extra = metricsAttr(r)
 		if fam == unix.AF_INET {
 			rm.Flags = unix.RTM_F_CLONED
 			rm.Attributes.Mark = mark
 			if !r.PrefSrc.IsValid() {
 				rm.Attributes.Src = ipOf(k.sourceFor(unix.AF_INET, r.Index))
 			}
-			extra = encodeAttrs(func(ae *netlink.AttributeEncoder) { ae.Uint32(unix.RTA_UID, 0) })
+			extra = append(extra, encodeAttrs(func(ae *netlink.AttributeEncoder) { ae.Uint32(unix.RTA_UID, 0) })...)
 		} else {
 			rm.SrcLength, rm.Protocol = 128, r.Protocol
 			if !r.PrefSrc.IsValid() {
@@ -702,7 +677,7 @@ func (k *Kernel) getRoute(s *socket, m netlink.Message) *kerr {
 			rm.Attributes.Priority = r.Metric
 			pref := uint8(0)
 			rm.Attributes.Pref = &pref
-			extra = encodeAttrs(func(ae *netlink.AttributeEncoder) { ae.Bytes(unix.RTA_SRC, make([]byte, 16)) })
+			extra = append(extra, encodeAttrs(func(ae *netlink.AttributeEncoder) { ae.Bytes(unix.RTA_SRC, make([]byte, 16)) })...)
 		}
 	}
 	body := append(mustMarshal(&rm), extra...)

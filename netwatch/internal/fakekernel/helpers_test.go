@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/jsimonetti/rtnetlink/v2"
@@ -87,13 +88,9 @@ func describe(m netlink.Message, self uint32, event bool) (string, bool) {
 			dst.IsMulticast() {
 			return "", false
 		}
-		mtu := uint32(0)
-		if a.Metrics != nil {
-			mtu = a.Metrics.MTU
-		}
-		return fmt.Sprintf("%s route fam=%d %v/%d src/%d tos=%d hdrtable=%d table=%d proto=%d scope=%d type=%d flags=%#x gw=%v oif=%d prefsrc=%v metric=%d mtu=%d mark=%d",
+		return fmt.Sprintf("%s route fam=%d %v/%d src/%d tos=%d hdrtable=%d table=%d proto=%d scope=%d type=%d flags=%#x gw=%v oif=%d prefsrc=%v metric=%d metrics=[%s] mark=%d",
 			h, rm.Family, a.Dst, rm.DstLength, rm.SrcLength, rm.Tos, rm.Table, a.Table, rm.Protocol, rm.Scope, rm.Type,
-			rm.Flags&^unix.RTNH_F_LINKDOWN, a.Gateway, a.OutIface, a.Src, a.Priority, mtu, a.Mark), true
+			rm.Flags&^unix.RTNH_F_LINKDOWN, a.Gateway, a.OutIface, a.Src, a.Priority, describeMetrics(m.Data), a.Mark), true
 	case unix.RTM_NEWRULE, unix.RTM_DELRULE:
 		var rm rtnetlink.RuleMessage
 		if err := rm.UnmarshalBinary(m.Data); err != nil {
@@ -123,7 +120,74 @@ func describe(m netlink.Message, self uint32, event bool) (string, bool) {
 	return h + fmt.Sprintf(" %x", m.Data), true
 }
 
+// describeMetrics lists the RTA_METRICS of a route message, each as
+// RTAX type=value (a string for RTAX_CC_ALGO) in the order sent.
+func describeMetrics(data []byte) string {
+	ad, err := netlink.NewAttributeDecoder(data[unix.SizeofRtMsg:])
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for ad.Next() {
+		if ad.Type() != unix.RTA_METRICS {
+			continue
+		}
+		nad, err := netlink.NewAttributeDecoder(ad.Bytes())
+		if err != nil {
+			return err.Error()
+		}
+		for nad.Next() {
+			if nad.Type() == unix.RTAX_CC_ALGO {
+				out = append(out, fmt.Sprintf("%d=%q", nad.Type(), nad.String()))
+			} else {
+				out = append(out, fmt.Sprintf("%d=%d", nad.Type(), nad.Uint32()))
+			}
+		}
+	}
+	return strings.Join(out, " ")
+}
+
 // Request builders.
+
+// withMetrics is a route request with an RTA_METRICS of its own, which
+// rtnetlink's RouteMetrics cannot say: each of attrs is a type and a
+// value, a uint32, a string (RTAX_CC_ALGO) or raw bytes.
+type withMetrics struct {
+	m     *rtnetlink.RouteMessage
+	attrs []any
+}
+
+func (w withMetrics) MarshalBinary() ([]byte, error) {
+	b, err := w.m.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	ae := netlink.NewAttributeEncoder()
+	ae.Nested(unix.RTA_METRICS, func(nae *netlink.AttributeEncoder) error {
+		for i := 0; i+1 < len(w.attrs); i += 2 {
+			typ := w.attrs[i].(uint16)
+			switch v := w.attrs[i+1].(type) {
+			case uint32:
+				nae.Uint32(typ, v)
+			case string:
+				nae.String(typ, v)
+			case []byte:
+				nae.Bytes(typ, v)
+			}
+		}
+		return nil
+	})
+	mx, err := ae.Encode()
+	if err != nil {
+		return nil, err
+	}
+	return append(b, mx...), nil
+}
+
+// rtMx is rt with the metrics attrs: type, value, type, value, ….
+func rtMx(dst string, table uint32, mod func(*rtnetlink.RouteMessage), attrs ...any) withMetrics {
+	return withMetrics{rt(dst, table, mod), attrs}
+}
 
 func linkMsg(index uint32, name, kind string) *rtnetlink.LinkMessage {
 	m := &rtnetlink.LinkMessage{Index: index, Attributes: &rtnetlink.LinkAttributes{Name: name}}

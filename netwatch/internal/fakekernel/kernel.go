@@ -220,7 +220,7 @@ func (k *Kernel) AddRoute(r Route) error {
 func (k *Kernel) setRoute(r Route, flags netlink.HeaderFlags, o *origin) *kerr {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.newRoute(goRoute(r), flags, o)
+	return k.newRoute(goRoute(r), metricAttrs(r), flags, o)
 }
 
 // ReplaceRoute adds a route or replaces the one with its key ("ip route
@@ -232,7 +232,7 @@ func (k *Kernel) ReplaceRoute(r Route) error {
 // DelRoute deletes the first route that r names, as "ip route del" does:
 // the destination, table and TOS must be r's; the metric (IPv4: any when
 // 0, IPv6: any when 0), gateway, output link, protocol and, for IPv4,
-// type, preferred source and MTU must be r's where r sets them; a zero
+// type, preferred source, MTU and metrics must be r's where r sets them; a zero
 // Scope matches any scope. It fails with ESRCH when no route matches: a
 // route via another gateway is not deleted.
 func (k *Kernel) DelRoute(r Route) error { return k.unsetRoute(r, nil) }
@@ -241,7 +241,7 @@ func (k *Kernel) unsetRoute(r Route, o *origin) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	f := routeFilter{family: r.Family(), table: r.Table, dst: r.Dst, tos: r.TOS, metric: r.Metric, typ: r.Type,
-		scope: r.Scope, prefSrc: r.PrefSrc, protocol: r.Protocol, index: r.Index, gateway: r.Gateway, mtu: r.MTU}
+		scope: r.Scope, prefSrc: r.PrefSrc, protocol: r.Protocol, index: r.Index, gateway: r.Gateway, metrics: metricAttrs(r)}
 	if f.scope == 0 {
 		f.scope = unix.RT_SCOPE_NOWHERE
 	}

@@ -479,7 +479,8 @@ func isReject(t uint8) bool {
 }
 
 // newRoute is RTM_NEWROUTE for one route, checked in the kernel's order.
-func (k *Kernel) newRoute(r Route, flags netlink.HeaderFlags, o *origin) *kerr {
+// newRoute adds or replaces r with the metrics mx as a request names them.
+func (k *Kernel) newRoute(r Route, mx []metricAttr, flags netlink.HeaderFlags, o *origin) *kerr {
 	fam := r.Family()
 	if r.Table == 0 {
 		r.Table = unix.RT_TABLE_MAIN
@@ -490,6 +491,10 @@ func (k *Kernel) newRoute(r Route, flags netlink.HeaderFlags, o *origin) *kerr {
 	if fam == unix.AF_INET {
 		// The table exists from here on, whatever happens next.
 		k.createTable(fam, r.Table)
+		var ke *kerr
+		if r.MTU, r.Metrics, ke = convertMetrics(mx); ke != nil {
+			return ke
+		}
 		if r.Dst != r.Dst.Masked() {
 			return fail(unix.EINVAL, "Invalid prefix for given prefix length")
 		}
@@ -529,6 +534,10 @@ func (k *Kernel) newRoute(r Route, flags netlink.HeaderFlags, o *origin) *kerr {
 		r.Dst = r.Dst.Masked()
 		r.Scope = unix.RT_SCOPE_UNIVERSE
 		k.createTable(fam, r.Table)
+		var ke *kerr
+		if r.MTU, r.Metrics, ke = convertMetrics(mx); ke != nil {
+			return ke
+		}
 		if isReject(r.Type) {
 			// The kernel hangs reject routes on lo.
 			r.Index, r.Gateway = 1, netip.Addr{}
@@ -595,7 +604,7 @@ type routeFilter struct {
 	protocol uint8
 	index    uint32
 	gateway  netip.Addr
-	mtu      uint32
+	metrics  []metricAttr // IPv4: each must be the route's
 }
 
 func (k *Kernel) delRoute(f routeFilter, o *origin) *kerr {
@@ -616,7 +625,7 @@ func (k *Kernel) delRoute(f routeFilter, o *origin) *kerr {
 		if f.family == unix.AF_INET && (f.typ != 0 && r.Type != f.typ ||
 			f.scope != unix.RT_SCOPE_NOWHERE && r.Scope != f.scope ||
 			f.prefSrc.IsValid() && r.PrefSrc != f.prefSrc ||
-			f.mtu != 0 && r.MTU != f.mtu) {
+			!metricsMatch(r, f.metrics)) {
 			continue
 		}
 		k.removeRoute(r.key(), true, o)

@@ -51,9 +51,29 @@ type Route struct {
 	Index    uint32 // output link (RTA_OIF)
 	PrefSrc  netip.Addr
 	MTU      uint32 // RTAX_MTU; 0 when unset
+	Metrics  Metrics
 	Protocol uint8
 	Scope    uint8 // IPv4 only: the kernel reports 0 for every IPv6 route
 	Type     uint8 // RTN_*; 0 means unicast in this package's Go API
+}
+
+// Metrics are a route's RTA_METRICS other than its MTU, as the kernel
+// keeps them: Values by RTAX_* type, 0 for unset (Values[unix.RTAX_LOCK]
+// holds the lock bits: 1<<unix.RTAX_MTU for "mtu lock"; the slots of
+// RTAX_MTU and RTAX_CC_ALGO are unused), and CongCtl the congestion
+// control algorithm's name (RTAX_CC_ALGO), "" for none. The fake knows the
+// algorithms every kernel has built in, reno and cubic.
+type Metrics struct {
+	Values  [unix.RTAX_MAX + 1]uint32
+	CongCtl string
+}
+
+// metric returns the value of RTAX_* type typ (not RTAX_CC_ALGO).
+func (r Route) metric(typ uint16) uint32 {
+	if typ == unix.RTAX_MTU {
+		return r.MTU
+	}
+	return r.Metrics.Values[typ]
 }
 
 // Family returns unix.AF_INET or unix.AF_INET6.
@@ -79,6 +99,14 @@ func (r Route) String() string {
 	}
 	if r.MTU != 0 {
 		s += " mtu " + strconv.FormatUint(uint64(r.MTU), 10)
+	}
+	for typ, v := range r.Metrics.Values {
+		if v != 0 {
+			s += " rtax" + strconv.Itoa(typ) + " " + strconv.FormatUint(uint64(v), 10)
+		}
+	}
+	if r.Metrics.CongCtl != "" {
+		s += " congctl " + r.Metrics.CongCtl
 	}
 	return s
 }

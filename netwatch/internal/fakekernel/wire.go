@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 
 	"github.com/jsimonetti/rtnetlink/v2"
 	"github.com/mdlayher/netlink"
@@ -169,9 +170,6 @@ func routeMessage(r Route) rtnetlink.RouteMessage {
 	if r.Dst.Bits() > 0 {
 		m.Attributes.Dst = ipOf(r.Dst.Addr())
 	}
-	if r.MTU != 0 {
-		m.Attributes.Metrics = &rtnetlink.RouteMetrics{MTU: r.MTU}
-	}
 	if m.Family == unix.AF_INET6 {
 		pref := uint8(0) // ICMPV6_ROUTER_PREF_MEDIUM
 		m.Attributes.Pref = &pref
@@ -179,9 +177,140 @@ func routeMessage(r Route) rtnetlink.RouteMessage {
 	return m
 }
 
+// routeBody is a route as the kernel reports it in dumps and events.
 func routeBody(r Route) []byte {
 	m := routeMessage(r)
-	return mustMarshal(&m)
+	return append(mustMarshal(&m), metricsAttr(r)...)
+}
+
+// metricsAttr is r's RTA_METRICS as the kernel reports it
+// (rtnetlink_put_metrics): every metric that is not 0, by type, the
+// congestion control by name; nothing when there are none.
+func metricsAttr(r Route) []byte {
+	if r.MTU == 0 && r.Metrics == (Metrics{}) {
+		return nil
+	}
+	return encodeAttrs(func(ae *netlink.AttributeEncoder) {
+		ae.Nested(unix.RTA_METRICS, func(nae *netlink.AttributeEncoder) error {
+			for typ := uint16(1); typ <= unix.RTAX_MAX; typ++ {
+				switch v := r.metric(typ); {
+				case typ == unix.RTAX_CC_ALGO:
+					if r.Metrics.CongCtl != "" {
+						nae.String(typ, r.Metrics.CongCtl)
+					}
+				case v != 0:
+					nae.Uint32(typ, v)
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// metricAttr is one attribute of a request's RTA_METRICS, as sent.
+type metricAttr struct {
+	typ uint16
+	val []byte
+}
+
+// metricAttrs is r's MTU and metrics as a request sends them.
+func metricAttrs(r Route) []metricAttr {
+	var mx []metricAttr
+	for typ := uint16(1); typ <= unix.RTAX_MAX; typ++ {
+		switch v := r.metric(typ); {
+		case typ == unix.RTAX_CC_ALGO:
+			if r.Metrics.CongCtl != "" {
+				mx = append(mx, metricAttr{typ, append([]byte(r.Metrics.CongCtl), 0)})
+			}
+		case v != 0:
+			mx = append(mx, metricAttr{typ, binary.NativeEndian.AppendUint32(nil, v)})
+		}
+	}
+	return mx
+}
+
+// rtaxFeatureMask is RTAX_FEATURE_MASK: ECN, SACK, TIMESTAMP, ALLFRAG and
+// TCP_USEC_TS.
+const rtaxFeatureMask = 0x1f
+
+// congCtl is the name in an RTAX_CC_ALGO attribute, and whether the fake
+// knows it (reno and cubic, which every kernel has built in).
+func congCtl(val []byte) (string, bool) {
+	name, _, _ := strings.Cut(string(val), "\x00")
+	return name, name == "reno" || name == "cubic"
+}
+
+// convertMetrics is the kernel's ip_metrics_convert: a new route's MTU
+// and other metrics from its request's RTA_METRICS. It clamps the MTU,
+// the advertised MSS and the hop limit as the kernel does.
+func convertMetrics(mx []metricAttr) (mtu uint32, m Metrics, ke *kerr) {
+	for _, a := range mx {
+		switch {
+		case a.typ == 0:
+			continue
+		case a.typ > unix.RTAX_MAX:
+			return 0, Metrics{}, fail(unix.EINVAL, "Invalid metric type")
+		case a.typ == unix.RTAX_CC_ALGO:
+			name, ok := congCtl(a.val)
+			if !ok {
+				return 0, Metrics{}, fail(unix.EOPNOTSUPP, fmt.Sprintf("netwatchtest: congestion control %q is not modelled (reno and cubic are)", name))
+			}
+			m.CongCtl = name
+			continue
+		case len(a.val) != 4:
+			return 0, Metrics{}, fail(unix.EINVAL, "Invalid attribute in metrics")
+		}
+		v := binary.NativeEndian.Uint32(a.val)
+		switch a.typ {
+		case unix.RTAX_ADVMSS:
+			v = min(v, 65535-40)
+		case unix.RTAX_MTU:
+			v = min(v, 65535-15)
+		case unix.RTAX_HOPLIMIT:
+			v = min(v, 255)
+		case unix.RTAX_FEATURES:
+			if v&^rtaxFeatureMask != 0 {
+				return 0, Metrics{}, fail(unix.EINVAL, "Unknown flag set in feature mask in metrics attribute")
+			}
+		}
+		if a.typ == unix.RTAX_MTU {
+			mtu = v
+		} else {
+			m.Values[a.typ] = v
+		}
+	}
+	return mtu, m, nil
+}
+
+// metricsMatch is the kernel's fib_metrics_match, an IPv4 delete's test:
+// whether r has every metric mx names, with its value as given (not
+// clamped).
+func metricsMatch(r Route, mx []metricAttr) bool {
+	for _, a := range mx {
+		switch {
+		case a.typ == 0:
+			continue
+		case a.typ > unix.RTAX_MAX:
+			return false
+		case a.typ == unix.RTAX_CC_ALGO:
+			name, ok := congCtl(a.val)
+			if !ok {
+				name = ""
+			}
+			if name != r.Metrics.CongCtl {
+				return false
+			}
+			continue
+		}
+		var v uint32
+		if len(a.val) >= 4 {
+			v = binary.NativeEndian.Uint32(a.val)
+		}
+		if r.metric(a.typ) != v {
+			return false
+		}
+	}
+	return true
 }
 
 func ruleBody(rr reportRule) []byte {
@@ -359,9 +488,53 @@ func (q addrReq) object() Addr {
 }
 
 type routeReq struct {
-	msg   rtnetlink.RouteMessage
-	attrs map[uint16]bool
-	route Route
+	msg     rtnetlink.RouteMessage
+	attrs   map[uint16]bool
+	route   Route        // MTU and Metrics not set: see metrics
+	metrics []metricAttr // RTA_METRICS as sent
+}
+
+// withoutAttr is the message data, whose attributes begin at off, without
+// the attributes of type typ.
+func withoutAttr(data []byte, off int, typ uint16) []byte {
+	out := append([]byte(nil), data[:off]...)
+	for b := data[off:]; len(b) >= 4; {
+		n := int(binary.NativeEndian.Uint16(b))
+		if n < 4 || n > len(b) {
+			return append(out, b...) // malformed: the decoder says so
+		}
+		step := min(align(n), len(b))
+		if binary.NativeEndian.Uint16(b[2:])&^(unix.NLA_F_NESTED|unix.NLA_F_NET_BYTEORDER) != typ {
+			out = append(out, b[:step]...)
+		}
+		b = b[step:]
+	}
+	return out
+}
+
+// requestMetrics lists the attributes of the RTA_METRICS in attrs.
+func requestMetrics(attrs []byte) ([]metricAttr, bool) {
+	ad, err := netlink.NewAttributeDecoder(attrs)
+	if err != nil {
+		return nil, false
+	}
+	var mx []metricAttr
+	for ad.Next() {
+		if ad.Type() != unix.RTA_METRICS {
+			continue
+		}
+		nad, err := netlink.NewAttributeDecoder(ad.Bytes())
+		if err != nil {
+			return nil, false
+		}
+		for nad.Next() {
+			mx = append(mx, metricAttr{nad.Type(), nad.Bytes()})
+		}
+		if nad.Err() != nil {
+			return nil, false
+		}
+	}
+	return mx, ad.Err() == nil
 }
 
 func decodeRoute(data []byte) (routeReq, *kerr) {
@@ -373,10 +546,17 @@ func decodeRoute(data []byte) (routeReq, *kerr) {
 	if err != nil {
 		return q, fail(unix.EINVAL, "")
 	}
-	if err := q.msg.UnmarshalBinary(data); err != nil {
+	mx, ok := requestMetrics(data[unix.SizeofRtMsg:])
+	if !ok {
 		return q, fail(unix.EINVAL, "")
 	}
-	q.attrs = types
+	// RTA_METRICS is read here (rtnetlink's RouteMetrics knows five
+	// metrics and fails on a malformed one, which the kernel reports
+	// as such).
+	if err := q.msg.UnmarshalBinary(withoutAttr(data, unix.SizeofRtMsg, unix.RTA_METRICS)); err != nil {
+		return q, fail(unix.EINVAL, "")
+	}
+	q.attrs, q.metrics = types, mx
 	m := q.msg
 	if m.Family != unix.AF_INET && m.Family != unix.AF_INET6 {
 		return q, nil
@@ -385,9 +565,6 @@ func decodeRoute(data []byte) (routeReq, *kerr) {
 		Metric: m.Attributes.Priority, Index: m.Attributes.OutIface}
 	if m.Attributes.Table != 0 {
 		r.Table = m.Attributes.Table
-	}
-	if m.Attributes.Metrics != nil {
-		r.MTU = m.Attributes.Metrics.MTU
 	}
 	dst, ok := addrOf(m.Attributes.Dst, m.Family)
 	if !ok {
