@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -279,7 +278,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		return nil
 	}
 	if hln != nil {
-		g.Go(func() { serveHealth(ctx, hln, healthy, ready, log) })
+		g.Go(func() { serveHealth(ctx, hln, healthy, ready, l.pathAnswer, log) })
 	}
 	if o.metricsAddr != "" {
 		g.Go(func() {
@@ -461,85 +460,3 @@ func runPlan(ctx context.Context, o options, stdout io.Writer, log *slog.Logger)
 
 // errNoPlan is the error of plan when the policy cannot tell.
 var errNoPlan = errors.New("nothing planned: the policy cannot tell yet")
-
-// errVerify is the error of a verify whose answers show no split.
-var errVerify = errors.New("the split is not in place")
-
-// runVerify is `marksplit verify`: RTM_GETROUTE for the peer without and
-// with the mark, judged against the table and the tunnel link's MTU.
-func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logger) error {
-	s, err := startOneShot(ctx, o, nil, func(string) {}, log)
-	if err != nil {
-		return err
-	}
-	defer s.stop()
-	ap, err := netwatch.DialApplier(nil)
-	if err != nil {
-		return err
-	}
-	defer ap.Close()
-	unmarked, err := ap.RouteGet(o.peer, 0)
-	if err != nil {
-		return err
-	}
-	marked, err := ap.RouteGet(o.peer, o.policy.Mark)
-	if err != nil {
-		return err
-	}
-	var (
-		tun    netwatch.Link
-		hasTun bool
-		lines  [2]string
-		mtus   [2]uint32
-	)
-	s.w.Read(func(v netwatch.View) {
-		tun, hasTun = v.LinkByName(o.policy.TunnelLink)
-		for i, rt := range []netwatch.Route{unmarked, marked} {
-			mtus[i] = rt.MTU
-			src := ""
-			if rt.MTU == 0 {
-				if l, ok := v.Link(rt.Index); ok {
-					mtus[i], src = l.MTU, " (the link's)"
-				}
-			}
-			_, hop, _ := strings.Cut(getRouteWords(rt).Describe(v.Link), " ") // after the destination
-			lines[i] = fmt.Sprintf("%v %s table %v mtu %d%s", o.peer, hop, rt.Table, mtus[i], src)
-		}
-	})
-	fmt.Fprintf(stdout, "unmarked:  %s\n", textsafe.Terminal(lines[0]))
-	fmt.Fprintf(stdout, "mark %v: %s\n", o.policy.Mark, textsafe.Terminal(lines[1]))
-	if ps := s.l.peers.Load(); o.policy.Peers && ps != nil && !ps.has(o.peer) {
-		return verifyNotPeer(stdout, o, unmarked)
-	}
-	var problems []string
-	switch {
-	case !hasTun:
-		problems = append(problems, fmt.Sprintf("tunnel link %s does not exist", o.policy.TunnelLink))
-	default:
-		if unmarked.Table != o.policy.Table {
-			problems = append(problems, fmt.Sprintf("unmarked traffic uses table %v, not %v", unmarked.Table, o.policy.Table))
-		}
-		if mtus[0] != tun.MTU {
-			problems = append(problems, fmt.Sprintf("unmarked traffic has MTU %d, not %s's %d", mtus[0], tun.Name, tun.MTU))
-		}
-	}
-	if marked.Table == o.policy.Table {
-		problems = append(problems, fmt.Sprintf("marked traffic uses table %v too", marked.Table))
-	}
-	if len(problems) > 0 {
-		fmt.Fprintf(stdout, "FAIL: %s\n", textsafe.Terminal(strings.Join(problems, "; ")))
-		return errVerify
-	}
-	fmt.Fprintf(stdout, "ok: unmarked traffic to %v uses table %v at %s's MTU %d; marked traffic does not use table %v (MTU %d)\n",
-		o.peer, o.policy.Table, textsafe.Terminal(tun.Name), tun.MTU, o.policy.Table, mtus[1])
-	return nil
-}
-
-// getRouteWords shapes a route-get answer for Route.Describe: the peer
-// replaces the destination and its type, table and MTU are printed apart,
-// and the answer's scope, metric and protocol say nothing here.
-func getRouteWords(r netwatch.Route) netwatch.Route {
-	r.MTU, r.Metric, r.Scope, r.Type = 0, 0, netwatch.ScopeUniverse, netwatch.RouteUnicast
-	r.Table, r.Protocol = netwatch.TableMain, netwatch.ProtoBoot // neither printed
-	return r
-}

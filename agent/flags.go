@@ -65,6 +65,7 @@ type options struct {
 	tlsCertFile, tlsKeyFile string
 	logFormat               string     // "text" or "json"
 	peer                    netip.Addr // verify only
+	verifyJSON              bool       // verify --json: one JSON object (verify_linux.go)
 	version                 bool
 	allowShared             bool // own a table or priority a known program uses
 	noEvents                bool // --events=false: no Kubernetes Events on the Node
@@ -293,6 +294,7 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.BoolVar(&o.pathLearn, "path-mtu-learn", true, "with --peers=auto and run: learn each peer's path MTU from the PMTU exceptions the kernel records from ICMP (read when the ICMP counters rise; kernel >= 5.3); false disables")
 	if o.cmd == cmdVerify {
 		fs.Var(addrValue{&o.peer}, "peer", "`address` to ask the kernel about (verify)")
+		fs.BoolVar(&o.verifyJSON, "json", false, "print one JSON object (the answers, the peer's path MTU, the verdict) instead of lines (verify)")
 	}
 	return fs
 }

@@ -43,6 +43,9 @@ const (
 const (
 	healthLive  = "live"
 	healthReady = "ready"
+	// healthPathMTU ADDR asks for a peer's path MTU (verify): the answer
+	// is one JSON line (pathReport).
+	healthPathMTU = "path-mtu"
 )
 
 // listenHealth opens the health socket at path: its directory is made (0700)
@@ -94,7 +97,7 @@ func listenHealth(path string) (*net.UnixListener, error) {
 // serveHealth answers the health socket until ctx ends, then closes ln
 // (which removes the socket): one request line, "live" or "ready", and one
 // answer line, "ok" or "not ok: " and why.
-func serveHealth(ctx context.Context, ln *net.UnixListener, healthy, ready func() error, log *slog.Logger) {
+func serveHealth(ctx context.Context, ln *net.UnixListener, healthy, ready func() error, pathMTU func(string) string, log *slog.Logger) {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	sem := make(chan struct{}, healthConns)
@@ -114,12 +117,12 @@ func serveHealth(ctx context.Context, ln *net.UnixListener, healthy, ready func(
 		}
 		go func() {
 			defer func() { <-sem }()
-			answerHealth(c, healthy, ready)
+			answerHealth(c, healthy, ready, pathMTU)
 		}()
 	}
 }
 
-func answerHealth(c net.Conn, healthy, ready func() error) {
+func answerHealth(c net.Conn, healthy, ready func() error, pathMTU func(string) string) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(healthTimeout))
 	line, err := bufio.NewReader(io.LimitReader(c, 64)).ReadString('\n')
@@ -127,6 +130,10 @@ func answerHealth(c net.Conn, healthy, ready func() error) {
 		return
 	}
 	var check func() error
+	if q, arg, ok := strings.Cut(strings.TrimSpace(line), " "); ok && q == healthPathMTU && pathMTU != nil {
+		io.WriteString(c, pathMTU(arg)+"\n")
+		return
+	}
 	switch strings.TrimSpace(line) {
 	case healthLive:
 		check = healthy

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"time"
@@ -48,13 +49,62 @@ func (l *loop) pathChanged(cs []pathmtu.Change) {
 	l.r.Trigger()
 }
 
-// pathLine says a peer's path MTU: value, inner MTU, source and age.
+// pathLine says a peer's path MTU: value, inner MTU, state, source and
+// age.
 func pathLine(a netip.Addr, p pathmtu.Peer, now time.Time) string {
-	if p.Value.Source == pathmtu.SourceNone {
-		return fmt.Sprintf("path MTU of peer %v: not known (the tunnel MTU)", a)
+	return "path MTU of peer " + a.String() + ": " + newPathReport(p, now).text()
+}
+
+// pathReport is one peer's path MTU as verify shows it (its line, and
+// path_mtu in its JSON), and as the running agent answers
+// "path-mtu ADDR" on the health socket (one JSON line, without from and
+// why): fields are added, never changed.
+type pathReport struct {
+	Peer   string  `json:"peer"`
+	Path   int     `json:"path,omitempty"`  // bytes the path carries; absent: not known
+	Inner  int     `json:"inner,omitempty"` // the inner MTU it leaves, at most the tunnel MTU
+	State  string  `json:"state"`           // full, reduced, below_minimum, unknown
+	Source string  `json:"source"`          // declared, learned, probed, none
+	Age    float64 `json:"age_s"`           // seconds since it was last measured (or declared); 0 when not known
+	From   string  `json:"from,omitempty"`  // verify: "agent" (the running agent's) or "flags" (what --path-mtu declares)
+	Why    string  `json:"why,omitempty"`   // verify, from "flags": why the agent's is not shown
+}
+
+func newPathReport(p pathmtu.Peer, now time.Time) pathReport {
+	r := pathReport{Peer: p.Addr.String(), State: p.State.String(), Source: p.Value.Source.String()}
+	if p.Value.Source != pathmtu.SourceNone {
+		r.Path, r.Inner, r.Age = p.Value.Path, p.Inner, p.Value.Age(now).Seconds()
 	}
-	return fmt.Sprintf("path MTU of peer %v: %d bytes (inner MTU %d, %s), %s, age %v",
-		a, p.Value.Path, p.Inner, p.State, p.Value.Source, p.Value.Age(now))
+	return r
+}
+
+// text is the report as the log line and verify say it.
+func (r pathReport) text() string {
+	s := "not known (the tunnel MTU)"
+	if r.Source != pathmtu.SourceNone.String() {
+		s = fmt.Sprintf("%d bytes (inner MTU %d, %s), %s, age %v", r.Path, r.Inner, r.State, r.Source, time.Duration(r.Age*float64(time.Second)))
+	}
+	switch r.From {
+	case "agent":
+		s += " (the running agent's)"
+	case "flags":
+		s += " (from the flags: " + r.Why + ")"
+	}
+	return s
+}
+
+// pathAnswer is the health socket's answer to "path-mtu ADDR": the peer's
+// pathReport as one JSON line, or "not ok: " and why.
+func (l *loop) pathAnswer(arg string) string {
+	a, err := netip.ParseAddr(arg)
+	if err != nil {
+		return "not ok: " + err.Error()
+	}
+	b, err := json.Marshal(newPathReport(l.pmtu.Peer(a), time.Now()))
+	if err != nil {
+		return "not ok: " + err.Error()
+	}
+	return string(b)
 }
 
 func pathWas(v pathmtu.Value) string {

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -299,17 +298,5 @@ func (s *sources) requests() map[string]uint64 {
 	case s.mode != nil && s.mode.src != nil:
 		return s.mode.src.Stats().Requests()
 	}
-	return nil
-}
-
-// verifyNotPeer judges verify's answer for an address that is no
-// encrypting peer's with --peers=auto: it must not be split.
-func verifyNotPeer(stdout io.Writer, o options, unmarked netwatch.Route) error {
-	if unmarked.Table == o.policy.Table {
-		fmt.Fprintf(stdout, "FAIL: %v is no encrypting peer's address, yet unmarked traffic to it uses table %v\n", o.peer, o.policy.Table)
-		return errVerify
-	}
-	fmt.Fprintf(stdout, "ok: %v is no encrypting peer's address (an opted-out node's, this node's, or no node's): unmarked traffic to it does not use table %v\n",
-		o.peer, o.policy.Table)
 	return nil
 }
