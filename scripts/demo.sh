@@ -12,7 +12,12 @@
 # speed); shows host traffic to the peer still at the tunnel MTU (ip route
 # get, and a host TCP connection that tc mirred redirects into the tunnel,
 # as Cilium's BPF does, where tc has u32 and mirred); deletes the rule to
-# show the repair; and removes everything it created: the
+# show the repair; then puts a third node behind a silent black hole (a
+# veth that carries 1304 bytes and sends no ICMP) and runs the agent with
+# --peers=auto against the tests' stand-in API server (wgtunnel api): host
+# TCP to that node stalls at the tunnel MTU, and with --path-mtu-probe its
+# route gets the measured 1232 and the transfer completes; and removes
+# everything it created: the
 # namespaces, the WireGuard processes (with their private mounts) and its
 # files. The removal also runs on Ctrl-C and on failure.
 #
@@ -35,9 +40,11 @@ for c in ip go unshare nsenter; do command -v "$c" >/dev/null || die "$c not fou
 W="marksplit-demo-$$"      # the worker node
 P="marksplit-demo-peer-$$" # the peer node
 G="marksplit-demo-gw-$$"   # the gateway both reach their private network through
+H="marksplit-demo-hole-$$" # a peer node behind a silent black hole (the path-MTU scene)
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/marksplit-demo.XXXXXX")"
 AGENT_PID=""
-WG_PIDS=() # wireguard-go processes, one per node
+WG_PIDS=()  # wireguard-go processes, one per node
+AUX_PIDS=() # the path-MTU scene's stand-in API server and probe responders
 
 # stop_pid sends SIGTERM to one process the demo started and waits for it,
 # with SIGKILL after 3 s.
@@ -57,11 +64,13 @@ cleanup() {
 	# wireguard-go removes its device when it exits; its tmpfs goes with
 	# its private mount namespace.
 	for pid in "${WG_PIDS[@]}"; do stop_pid "$pid"; done
+	for pid in "${AUX_PIDS[@]}"; do stop_pid "$pid"; done
 	# Deleting a namespace deletes its links, and with them their
 	# addresses, routes and the veth peer; its rules go with it.
 	ip netns del "$W" 2>/dev/null || true
 	ip netns del "$P" 2>/dev/null || true
 	ip netns del "$G" 2>/dev/null || true
+	ip netns del "$H" 2>/dev/null || true
 	rm -rf "$WORK"
 	if [ "$code" -ne 0 ]; then
 		echo
@@ -244,6 +253,76 @@ show ip route get 10.0.0.9
 step "marksplit cleanup removes what the agent owns, and only that"
 node "$WORK/marksplit" cleanup --prefix=10.0.0.0/16 | sed 's/^/    /'
 show ip rule
+
+step "A third node ($H) behind a silent black hole"
+# Its link from the gateway's bridge ends in a veth of MTU 1300: frames up to
+# 1304 bytes pass, larger ones vanish, and nothing sends ICMP, as on some
+# paths between clouds (cilium#47176).
+nodeup "$H" 10.0.0.13 h
+ip -n "$H" link set enp7s0 mtu 1300
+ip -n "$H" route add 10.0.0.0/16 via 10.0.0.1 dev enp7s0 proto dhcp src 10.0.0.13
+ip netns exec "$H" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+wgup "$H" h 10.244.13.1/16 w 10.0.0.5:51871 10.244.5.0/24,10.0.0.5/32
+wg_worker() {
+	if [ "$KERNEL_WG" = 1 ]; then ip netns exec "$W" wg "$@"; else nsenter -m -n -t "${WG_PIDS[0]}" wg "$@"; fi
+}
+wg_worker set cilium_wg0 peer "$(cat "$WORK/h.pub")" endpoint 10.0.0.13:51871 allowed-ips 10.244.13.0/24,10.0.0.13/32
+# The DHCP client's route again, at the link's MTU: the old loop is gone.
+ip -n "$W" route replace 10.0.0.0/16 via 10.0.0.1 dev enp7s0 proto dhcp src 10.0.0.5
+# A GSO packet crosses a veth whatever its size: the worker sends single
+# segments, as a NIC without TSO does (wireguard-go batches with UDP GSO).
+ip -n "$W" link set dev enp7s0 gso_max_segs 1
+if [ "$REDIRECT" = 1 ] && tc -n "$W" filter add dev enp7s0 egress prio 1 protocol ip u32 \
+	match ip dst 10.0.0.13/32 match ip protocol 6 0xff action mirred egress redirect dev cilium_wg0 2>/dev/null; then
+	# --peers=auto reads the CiliumNodes: the tests' stand-in API server
+	# lists the three nodes; each peer answers probes, as its agent would.
+	mkdir "$WORK/api"
+	"$WORK/wgtunnel" api -ns "$W" -dir "$WORK/api" node-self=10.0.0.5 peer=10.0.0.9 hole=10.0.0.13 >"$WORK/api.log" 2>&1 &
+	AUX_PIDS+=("$!")
+	until_ok 10 grep -q ready "$WORK/api.log"
+	for ns in "$P" "$H"; do
+		"$WORK/wgtunnel" respond -ns "$ns" -allow 10.0.0.5 &
+		AUX_PIDS+=("$!")
+	done
+	# run_peers ARGS: the agent with --peers=auto; $! is the agent.
+	run_peers() {
+		# shellcheck disable=SC2046 # one KEY=VALUE a line, no spaces
+		ip netns exec "$W" env $(cat "$WORK/api/env") "$WORK/marksplit" run --peers=auto --encryption=auto \
+			--node-name=node-self --metrics-addr= --health-socket= "$@" >"$WORK/agent.log" 2>&1 &
+		AGENT_PID=$!
+	}
+	stop_agent() { stop_pid "$AGENT_PID"; AGENT_PID=""; }
+	bulk_to() { printf '    '; "$WORK/wgtunnel" bulk -from "$W" -to "$1" -dst "$2" -mb 20 -limit "$3"; }
+	peer_routes() { [ "$(node ip route show table 900 | grep -c mtu)" -eq 2 ]; }
+
+	step "marksplit run --peers=auto: each peer node gets a route at the tunnel MTU"
+	run_peers --path-mtu-probe=false
+	until_ok 20 peer_routes
+	show ip route show table 900
+	echo "  host TCP to 10.0.0.9, the full path, through the tunnel:"
+	bulk_to "$P" 10.0.0.9:9002 10s
+	echo "  host TCP to 10.0.0.13, behind the black hole (at most 3 s):"
+	bulk_to "$H" 10.0.0.13:9003 3s
+	echo "    (it stalls: each full segment is 1300 bytes inside the tunnel, 1372 outside, and vanishes;"
+	echo "     no ICMP comes back, so neither TCP nor the kernel ever learns that it should be smaller)"
+	stop_agent
+
+	step "marksplit run --peers=auto --path-mtu-probe: it measures each peer's path"
+	run_peers --path-mtu-probe=true
+	until_ok 120 node sh -c 'ip route show table 900 10.0.0.13 | grep -q "mtu 1232"'
+	show ip route show table 900
+	grep -o 'msg="path MTU of peer[^"]*"' "$WORK/agent.log" | sed 's/^msg="/    agent: /; s/"$//'
+	echo "  host TCP to 10.0.0.13 again:"
+	bulk_to "$H" 10.0.0.13:9003 10s
+	echo "    (probes with WireGuard's mark found 1296 bytes through the hole: the peer's route carries"
+	echo "     floor16(1296 - 60) = 1232, WireGuard's packets are 1292 bytes outside, and all of it arrives;"
+	echo "     the full-path peer keeps 1355)"
+	stop_agent
+	ip netns exec "$W" env $(cat "$WORK/api/env") "$WORK/marksplit" cleanup --peers=auto --encryption=auto \
+		--node-name=node-self >/dev/null
+else
+	echo "    (skipped: this kernel cannot redirect host TCP into the tunnel with tc u32 and mirred)"
+fi
 
 echo
 echo "WireGuard used: $WG_USED"

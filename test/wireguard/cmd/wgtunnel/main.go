@@ -5,6 +5,10 @@
 //	wgtunnel wireguard-go DIR      build (once) and print the cached wireguard-go binary of the module in DIR
 //	wgtunnel fullsize [flags]      full-size datagrams through the tunnel: answers and FragOKs
 //	wgtunnel bulk [flags]          one bounded bulk TCP transfer: its throughput, MSS and FragOKs
+//	wgtunnel api -ns NS -dir DIR NAME=ADDR...
+//	                               serve CiliumNodes in NS (the tests' stand-in API server) until SIGTERM
+//	wgtunnel respond -ns NS -allow ADDR
+//	                               answer ADDR's path-MTU probes in NS until SIGTERM
 //
 // Both traffic commands take -from and -to (network namespace names) and
 // -dst (the receiver's tunnel address and port, in -to).
@@ -40,6 +44,12 @@ func run() int {
 }
 
 func run1(ctx context.Context, cmd string, args []string) int {
+	switch cmd {
+	case "api":
+		return serveAPI(ctx, args)
+	case "respond":
+		return respond(ctx, args)
+	}
 	if cmd == "wireguard-go" {
 		if len(args) != 1 {
 			fmt.Fprintln(os.Stderr, "usage: wgtunnel wireguard-go DIR")
