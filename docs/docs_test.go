@@ -19,7 +19,7 @@ import (
 // The packages whose doc comments are checked, and whose identifiers a
 // doc may name qualified by the package's name.
 var packageDirs = []string{
-	"../netwatch", "../netwatch/reconcile", "../netwatch/netwatchtest", "../mtupolicy", "../agent",
+	"../netwatch", "../netwatch/reconcile", "../netwatch/program", "../netwatch/netwatchtest", "../mtupolicy", "../agent",
 	"../examples/uplinkpin", "../examples/vpnbypass", "../examples/watch",
 	"../internal/lock", "../internal/metricsserver", "../netwatch/internal/rtnl",
 }

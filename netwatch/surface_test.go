@@ -80,7 +80,8 @@ func TestSurface(t *testing.T) {
 	nw, nwf := surface(t, ".")
 	rc, rcf := surface(t, "reconcile")
 	kit, kitf := surface(t, "netwatchtest")
-	t.Logf("netwatch %d (+%d fields), reconcile %d (+%d), netwatchtest %d (+%d)", nw, nwf, rc, rcf, kit, kitf)
+	pr, prf := surface(t, "program")
+	t.Logf("netwatch %d (+%d fields), reconcile %d (+%d), netwatchtest %d (+%d), program %d (+%d)", nw, nwf, rc, rcf, kit, kitf, pr, prf)
 	for _, c := range []struct {
 		what     string
 		n, limit int
@@ -89,6 +90,7 @@ func TestSurface(t *testing.T) {
 		{"netwatch/reconcile", rc, 150},
 		{"netwatch and netwatch/reconcile", nw + rc, 220},
 		{"netwatch/netwatchtest", kit, 100},
+		{"netwatch/program", pr, 30},
 	} {
 		if c.n > c.limit {
 			t.Errorf("%s exports %d identifiers, more than %d", c.what, c.n, c.limit)

@@ -12,12 +12,12 @@
 // and marked packets follow the main table.
 //
 // uplinkpin owns its table and its rule priority, in both families, and
-// nothing else. It leaves its routes in place when it stops; remove them
-// with `ip route flush table 920; ip -6 route flush table 920;
-// ip rule del pref 920; ip -6 rule del pref 920`.
+// nothing else. It leaves its routes in place when it stops; `uplinkpin
+// cleanup` removes them, and `uplinkpin plan` shows what it would change.
 //
 // It is an example of a policy embedding netwatch: main.go is its flags,
-// policy.go its policy, and reconcile.Program the rest (the watcher, and on
+// policy.go its policy, and program.Program the rest (the subcommands run,
+// once, plan and cleanup, the single-instance lock, the watcher, and on
 // each change Read → Config.Desired → reconcile.Plan → Applier.Apply).
 //
 // Table and priority 920 collide with nothing known: Cilium uses

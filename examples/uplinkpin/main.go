@@ -6,35 +6,33 @@ import (
 	"errors"
 
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/program"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 func main() {
-	c := newCommand()
-	c.Main(c.policy)
+	var c Config
+	p, build := command(&c)
+	p.Main(build)
 }
 
-// command is the standard flags, --uplink and --mark; it caches main too.
-type command struct {
-	*reconcile.Program
-	cfg  Config
-	mark reconcile.MarkMask
-}
-
-func newCommand() *command {
-	c := &command{Program: &reconcile.Program{Name: "uplinkpin", Usage: "uplinkpin --uplink LINK --mark MARK/MASK",
+// command is uplinkpin's command line: the standard flags, and --uplink
+// and --mark into c; build checks them and returns the policy. The policy
+// reads the main table too.
+func command(c *Config) (*program.Program, func() (func(netwatch.View) (reconcile.Desired, bool), error)) {
+	p := &program.Program{Name: "uplinkpin", Usage: "--uplink LINK --mark MARK/MASK",
 		Table: 920, Priority: 920, Protocol: 242, Cache: []netwatch.Table{netwatch.TableMain},
-		Reconciler: &reconcile.Reconciler{Describe: netwatch.Op.DescribeWhole}}}
-	c.Flags().Var((*reconcile.LinkName)(&c.cfg.Uplink), "uplink", "the `link` marked packets leave by (required)")
-	c.Flags().Var(&c.mark, "mark", "`MARK/MASK` of the packets to pin (required)")
-	return c
-}
-
-// policy checks what the flags cannot, and returns the policy.
-func (c *command) policy() (func(netwatch.View) (reconcile.Desired, bool), error) {
-	if c.cfg.Uplink == "" || c.mark == (reconcile.MarkMask{}) {
-		return nil, errors.New("--uplink and --mark are required: the link marked packets leave by, and their MARK/MASK")
+		Reconciler: &reconcile.Reconciler{Describe: netwatch.Op.DescribeWhole}}
+	*c = Config{}
+	var mark reconcile.MarkMask
+	p.Flags().Var((*reconcile.LinkName)(&c.Uplink), "uplink", "the `link` marked packets leave by (required)")
+	p.Flags().Var(&mark, "mark", "`MARK/MASK` of the packets to pin (required)")
+	return p, func() (func(netwatch.View) (reconcile.Desired, bool), error) {
+		if c.Uplink == "" || mark == (reconcile.MarkMask{}) {
+			return nil, errors.New("--uplink and --mark are required: the link marked packets leave by, and their MARK/MASK")
+		}
+		c.Mark, c.Mask = mark.Mark, mark.Mask
+		c.Table, c.Priority, c.Protocol = netwatch.Table(p.Table), uint32(p.Priority), netwatch.Protocol(p.Protocol)
+		return func(v netwatch.View) (reconcile.Desired, bool) { return c.Desired(v), true }, nil
 	}
-	c.cfg.Mark, c.cfg.Mask, c.cfg.Table, c.cfg.Priority, c.cfg.Protocol = c.mark.Mark, c.mark.Mask, netwatch.Table(c.Table), uint32(c.Priority), netwatch.Protocol(c.Protocol)
-	return func(v netwatch.View) (reconcile.Desired, bool) { return c.cfg.Desired(v), true }, nil
 }

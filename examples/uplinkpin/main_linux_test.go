@@ -14,8 +14,9 @@ import (
 
 // run is the whole program, as main runs it, for the tests.
 func run(ctx context.Context, args []string, stderr io.Writer) int {
-	c := newCommand()
-	return c.Run(ctx, args, stderr, c.policy)
+	var c Config
+	p, build := command(&c)
+	return p.Run(ctx, args, stderr, stderr, build)
 }
 
 // TestFlags checks what the command line sets, and that each bad one is
@@ -59,10 +60,11 @@ func TestFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.args, func(t *testing.T) {
-			c := newCommand()
-			err := c.Flags().Parse(strings.Fields(tt.args))
+			var c Config
+			p, build := command(&c)
+			err := p.Flags().Parse(strings.Fields(tt.args))
 			if err == nil {
-				_, err = c.policy()
+				_, err = build()
 			}
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
@@ -76,7 +78,7 @@ func TestFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := parsed{c.cfg, c.NetNS, c.Resync}
+			got := parsed{c, p.Flags().Lookup("netns").Value.String(), p.Resync}
 			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(parsed{})); diff != "" {
 				t.Errorf("parsed (-want +got):\n%s", diff)
 			}
@@ -96,9 +98,11 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"--mark", "0x100/0xff00"}, 2, "uplinkpin: --uplink and --mark are required"},
 		{[]string{"--uplink", "eth1", "--mark", "0x100/0xff00", "extra"}, 2, `uplinkpin: unexpected argument "extra"`},
 		{[]string{"--uplink", "eth1", "--mark", "0x100/0xff00", "--resync", "-1s"}, 2, "uplinkpin: --resync -1s: must not be negative"},
-		{[]string{"--uplink", "eth1", "--mark", "0x100/0xff00", "--table", "main"}, 2, `uplinkpin: invalid value "main" for flag -table: not a table number`},
-		{[]string{"--nope"}, 2, "uplinkpin: flag provided but not defined: -nope"},
-		{[]string{"-h"}, 0, "usage: uplinkpin --uplink LINK --mark MARK/MASK [flags]\n  -mark"},
+		{[]string{"--uplink", "eth1", "--mark", "0x100/0xff00", "--table", "main"}, 2, `uplinkpin: invalid value "main" for flag --table: not a table number`},
+		{[]string{"--nope"}, 2, "uplinkpin: flag provided but not defined: --nope"},
+		{[]string{"once", "--uplink", "eth1"}, 2, "uplinkpin: --uplink and --mark are required"},
+		{[]string{"pin", "--uplink", "eth1"}, 2, `uplinkpin: unknown command "pin" (want run, once, plan or cleanup)`},
+		{[]string{"-h"}, 0, "usage: uplinkpin [run|once|plan|cleanup] --uplink LINK --mark MARK/MASK [flags]\n"},
 		{[]string{"--uplink", "eth1", "--mark", "0x100/0xff00", "--netns", "/nonexistent/ns"}, 1, "uplinkpin: netwatch: open network namespace /nonexistent/ns"},
 	}
 	for _, tt := range tests {

@@ -12,12 +12,12 @@
 // down or absent.
 //
 // vpnbypass owns its table and its rule priority, in both families, and
-// nothing else. It leaves its routes in place when it stops; remove them
-// with `ip route flush table 910; ip -6 route flush table 910;
-// ip rule del pref 910; ip -6 rule del pref 910`.
+// nothing else. It leaves its routes in place when it stops; `vpnbypass
+// cleanup` removes them, and `vpnbypass plan` shows what it would change.
 //
 // It is an example of a policy embedding netwatch: main.go is its flags,
-// policy.go its policy, and reconcile.Program the rest (the watcher, and on
+// policy.go its policy, and program.Program the rest (the subcommands run,
+// once, plan and cleanup, the single-instance lock, the watcher, and on
 // each change Read → Config.Desired → reconcile.Plan → Applier.Apply).
 //
 // Table and priority 910 collide with nothing known: Cilium uses

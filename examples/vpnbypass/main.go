@@ -6,20 +6,23 @@ import (
 	"errors"
 
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/program"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 func main() {
 	var c Config
-	p, policy := program(&c)
-	p.Main(policy)
+	p, build := command(&c)
+	p.Main(build)
 }
 
-// program is vpnbypass's command line: the standard flags, and --prefix,
-// --link and --mark into c. The policy reads no route table but its own.
-func program(c *Config) (*reconcile.Program, func() (func(netwatch.View) (reconcile.Desired, bool), error)) {
-	p := &reconcile.Program{Name: "vpnbypass", Usage: "vpnbypass --prefix CIDR [--prefix CIDR...]",
-		Table: 910, Priority: 910, Protocol: 241, Reconciler: &reconcile.Reconciler{Describe: netwatch.Op.DescribeWhole}}
+// command is vpnbypass's command line: the standard flags, and --prefix,
+// --link and --mark into c; build checks them and returns the policy. The
+// policy reads no route table but its own.
+func command(c *Config) (*program.Program, func() (func(netwatch.View) (reconcile.Desired, bool), error)) {
+	p := &program.Program{Name: "vpnbypass", Usage: "--prefix CIDR [--prefix CIDR...]",
+		Table: 910, Priority: 910, Protocol: 241,
+		Reconciler: &reconcile.Reconciler{Describe: netwatch.Op.DescribeWhole}}
 	*c = Config{Link: "tailscale0"}
 	mark := reconcile.MarkMask{Mark: 0x80000, Mask: 0xff0000}
 	p.Flags().Var((*reconcile.Prefixes)(&c.Prefixes), "prefix", "`CIDR` to send through the VPN link (repeatable, at least one)")

@@ -57,10 +57,10 @@ func TestFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.args, func(t *testing.T) {
 			var c Config
-			p, policy := program(&c)
+			p, build := command(&c)
 			err := p.Flags().Parse(splitArgs(tt.args))
 			if err == nil {
-				_, err = policy()
+				_, err = build()
 			}
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
@@ -74,7 +74,7 @@ func TestFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := parsed{c, p.NetNS, p.Resync}
+			got := parsed{c, p.Flags().Lookup("netns").Value.String(), p.Resync}
 			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(parsed{}), cmpopts.EquateComparable(netip.Prefix{})); diff != "" {
 				t.Errorf("parsed (-want +got):\n%s", diff)
 			}

@@ -12,8 +12,8 @@ import (
 // run is the whole program, as main runs it, for the tests.
 func run(ctx context.Context, args []string, stderr io.Writer) int {
 	var c Config
-	p, policy := program(&c)
-	return p.Run(ctx, args, stderr, policy)
+	p, build := command(&c)
+	return p.Run(ctx, args, stderr, stderr, build)
 }
 
 // TestRunExitCodes checks what run returns before it touches a kernel:
@@ -26,12 +26,12 @@ func TestRunExitCodes(t *testing.T) {
 		want string
 	}{
 		{[]string{"--link", "vpn0"}, 2, "vpnbypass: --prefix is required"},
-		{[]string{"--prefix", "10.8.0.1/16"}, 2, `vpnbypass: invalid value "10.8.0.1/16" for flag -prefix: host bits set`},
-		{[]string{"--prefix", "10.8.0.0/16", "--table", "main"}, 2, `vpnbypass: invalid value "main" for flag -table: not a table number`},
+		{[]string{"--prefix", "10.8.0.1/16"}, 2, `vpnbypass: invalid value "10.8.0.1/16" for flag --prefix: host bits set`},
+		{[]string{"--prefix", "10.8.0.0/16", "--table", "main"}, 2, `vpnbypass: invalid value "main" for flag --table: not a table number`},
 		{[]string{"--prefix", "10.8.0.0/16", "--resync", "-1s"}, 2, "vpnbypass: --resync -1s: must not be negative"},
 		{[]string{"--prefix", "10.8.0.0/16", "extra"}, 2, `vpnbypass: unexpected argument "extra"`},
-		{[]string{"--nope"}, 2, "vpnbypass: flag provided but not defined: -nope"},
-		{[]string{"-h"}, 0, "usage: vpnbypass --prefix CIDR"},
+		{[]string{"--nope"}, 2, "vpnbypass: flag provided but not defined: --nope"},
+		{[]string{"-h"}, 0, "usage: vpnbypass [run|once|plan|cleanup] --prefix CIDR [--prefix CIDR...] [flags]\n"},
 		{[]string{"--prefix", "10.8.0.0/16", "--netns", "/nonexistent/ns"}, 1, "vpnbypass: netwatch: open network namespace /nonexistent/ns"},
 	}
 	for _, tt := range tests {

@@ -61,3 +61,25 @@ func TestPlanRefusesReserved(t *testing.T) {
 		}
 	}
 }
+
+// TestShared pins the tables and priorities known programs keep.
+func TestShared(t *testing.T) {
+	for _, tt := range []struct {
+		got, want string
+	}{
+		{OwnTable(2004).Shared(), "Cilium's table 2004"},
+		{OwnTable(200).Shared(), "Cilium's table 200"},
+		{OwnTable(52).Shared(), "Tailscale's table 52"},
+		{OwnTable(203).Shared(), ""},
+		{OwnTable(900).Shared(), ""},
+		{OwnPriority(1).Shared(), "Cilium's rule priority 1"},
+		{OwnPriority(111).Shared(), "Cilium's rule priority 111"},
+		{OwnPriority(5210).Shared(), "Tailscale's rule priority 5210"},
+		{OwnPriority(5271).Shared(), ""},
+		{OwnPriority(900).Shared(), ""},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+}

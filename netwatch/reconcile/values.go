@@ -51,7 +51,7 @@ func (t OwnTable) String() string { return strconv.FormatUint(uint64(t), 10) }
 // for itself ("Cilium's table 2004": Cilium's 200 to 202, 2004 and 2005,
 // Tailscale's 52), or returns "". Check allows such a table, since a node
 // without that program may use it; owning it where the program runs
-// removes that program's routes, so Program refuses it unless told
+// removes that program's routes, so program.Program refuses it unless told
 // otherwise, and the agent likewise.
 func (t OwnTable) Shared() string {
 	switch {
