@@ -13,6 +13,7 @@ import (
 
 	"github.com/marksplit/marksplit/internal/kerneltest"
 	"github.com/marksplit/marksplit/internal/pathprobe"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,45 +26,7 @@ import (
 // completes.
 func TestKernelPathMTUProbedBlackHole(t *testing.T) {
 	s, api := newPeerSeed(t)
-	// gateway – mid – far: the gateway's end of its link to mid carries
-	// 1450 bytes, mid's end 1300 (the hole: nothing sends ICMP), and far's
-	// own link 1450, so that far's MSS does not give the hole away.
-	mid, far := kerneltest.NewNetNS(t), kerneltest.NewNetNS(t)
-	mid.LoUp(t)
-	far.LoUp(t)
-	s.gw.AddVeth(t, "r1", mid, "m0")
-	mid.AddVeth(t, "m1", far, "p0")
-	s.gw.IP(t, "link", "set", "r1", "mtu", "1450", "up")
-	s.gw.IP(t, "addr", "add", "10.9.0.1/24", "dev", "r1")
-	mid.IP(t, "link", "set", "m0", "mtu", "1300", "up")
-	mid.IP(t, "addr", "add", "10.9.0.2/24", "dev", "m0")
-	mid.IP(t, "link", "set", "m1", "mtu", "1450", "up")
-	mid.IP(t, "addr", "add", "10.9.1.1/24", "dev", "m1")
-	far.IP(t, "link", "set", "p0", "mtu", "1450", "up")
-	far.IP(t, "addr", "add", "10.9.1.2/24", "dev", "p0")
-	far.IP(t, "addr", "add", "10.0.0.9/32", "dev", "p0")
-	far.IP(t, "route", "add", "default", "via", "10.9.1.1")
-	mid.IP(t, "route", "add", "10.0.0.0/16", "via", "10.9.0.1")
-	mid.IP(t, "route", "add", "10.0.0.9/32", "via", "10.9.1.2")
-	s.gw.IP(t, "route", "add", "10.0.0.9/32", "via", "10.9.0.2")
-	for _, ns := range []interface{ Do(func() error) error }{s.gw, mid} {
-		if err := ns.Do(func() error { return writeProc("/proc/sys/net/ipv4/ip_forward", "1") }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The peer's responder, as its agent would serve it.
-	var c *net.UDPConn
-	if err := far.Do(func() (err error) {
-		c, err = net.ListenUDP("udp", &net.UDPAddr{Port: pathprobe.DefaultPort})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	resp := &pathprobe.Responder{Allow: func(a netip.Addr) bool { return a == netip.MustParseAddr("10.0.0.5") }}
-	go func() { defer close(served); resp.ServeConn(ctx, c) }()
-	t.Cleanup(func() { cancel(); <-served })
+	_, far, resp := holeBehindGateway(t, s)
 
 	// Without the agent: the lowered main route's 1355 bytes vanish in
 	// the hole, and a bulk transfer stalls. A GSO packet passes a veth
@@ -98,6 +61,54 @@ func TestKernelPathMTUProbedBlackHole(t *testing.T) {
 		t.Errorf("with the path MTU: %d of %d bytes acked", acked, total)
 	}
 	t.Logf("with the path MTU: %d of %d bytes acked", acked, total)
+}
+
+// holeBehindGateway puts the peer 10.0.0.9 behind s's gateway on a path
+// with a silent black hole of 1300 bytes, and serves the peer's probe
+// responder for 10.0.0.5, as its agent would: gateway – mid – far, the
+// gateway's end of its link to mid at 1450 bytes, mid's end m0 at 1300
+// (the hole: nothing sends ICMP; a test changes the path with m0's MTU),
+// and far's own link at 1450, so that far's MSS does not give the hole
+// away.
+func holeBehindGateway(t *testing.T, s *seed) (mid, far *netwatchtest.NetNS, resp *pathprobe.Responder) {
+	t.Helper()
+	mid, far = kerneltest.NewNetNS(t), kerneltest.NewNetNS(t)
+	mid.LoUp(t)
+	far.LoUp(t)
+	s.gw.AddVeth(t, "r1", mid, "m0")
+	mid.AddVeth(t, "m1", far, "p0")
+	s.gw.IP(t, "link", "set", "r1", "mtu", "1450", "up")
+	s.gw.IP(t, "addr", "add", "10.9.0.1/24", "dev", "r1")
+	mid.IP(t, "link", "set", "m0", "mtu", "1300", "up")
+	mid.IP(t, "addr", "add", "10.9.0.2/24", "dev", "m0")
+	mid.IP(t, "link", "set", "m1", "mtu", "1450", "up")
+	mid.IP(t, "addr", "add", "10.9.1.1/24", "dev", "m1")
+	far.IP(t, "link", "set", "p0", "mtu", "1450", "up")
+	far.IP(t, "addr", "add", "10.9.1.2/24", "dev", "p0")
+	far.IP(t, "addr", "add", "10.0.0.9/32", "dev", "p0")
+	far.IP(t, "route", "add", "default", "via", "10.9.1.1")
+	mid.IP(t, "route", "add", "10.0.0.0/16", "via", "10.9.0.1")
+	mid.IP(t, "route", "add", "10.0.0.9/32", "via", "10.9.1.2")
+	s.gw.IP(t, "route", "add", "10.0.0.9/32", "via", "10.9.0.2")
+	for _, ns := range []interface{ Do(func() error) error }{s.gw, mid} {
+		if err := ns.Do(func() error { return writeProc("/proc/sys/net/ipv4/ip_forward", "1") }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The peer's responder, as its agent would serve it.
+	var c *net.UDPConn
+	if err := far.Do(func() (err error) {
+		c, err = net.ListenUDP("udp", &net.UDPAddr{Port: pathprobe.DefaultPort})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	resp = &pathprobe.Responder{Allow: func(a netip.Addr) bool { return a == netip.MustParseAddr("10.0.0.5") }}
+	go func() { defer close(served); resp.ServeConn(ctx, c) }()
+	t.Cleanup(func() { cancel(); <-served })
+	return mid, far, resp
 }
 
 // listenIn listens on TCP 10.0.0.9:5001 in ns and discards what it reads.
