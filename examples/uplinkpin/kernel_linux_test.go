@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 )
 
@@ -40,19 +41,21 @@ func TestKernelUplinkPin(t *testing.T) {
 	logs := ns.StartProgram(t, "uplinkpin", run, "--uplink", "eth1", "--mark", "0x100/0xff00")
 
 	const v4, v6 = "203.0.113.9", "2001:db8:ff::9"
-	primary4 := netwatchtest.Hop{Dev: "eth0", Gateway: "198.51.100.1"}
-	primary6 := netwatchtest.Hop{Dev: "eth0", Gateway: "2001:db8:1::1"}
-	pinned := func(gw string) netwatchtest.Hop { return netwatchtest.Hop{Dev: "eth1", Gateway: gw, Table: "920"} }
+	primary4 := netwatchtest.Hop{Dev: "eth0", Gateway: netip.MustParseAddr("198.51.100.1")}
+	primary6 := netwatchtest.Hop{Dev: "eth0", Gateway: netip.MustParseAddr("2001:db8:1::1")}
+	pinned := func(gw string) netwatchtest.Hop {
+		return netwatchtest.Hop{Dev: "eth1", Gateway: netip.MustParseAddr(gw), Table: 920}
+	}
 	both := func(t *testing.T, addr string, unmarked, marked netwatchtest.Hop) {
 		t.Helper()
-		ns.WaitRoute(t, logs, addr, "", unmarked)
-		ns.WaitRoute(t, logs, addr, "0x100", marked)
-		ns.WaitRoute(t, logs, addr, "0x10101", marked) // bits outside the mask do not matter
-		ns.WaitRoute(t, logs, addr, "0x200", unmarked) // another mark under the mask
+		netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup(addr, 0), unmarked)
+		netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup(addr, 0x100), marked)
+		netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup(addr, 0x10101), marked) // bits outside the mask do not matter
+		netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup(addr, 0x200), unmarked) // another mark under the mask
 	}
 	nothingOwned := func(t *testing.T) {
 		t.Helper()
-		ns.WaitOwned(t, logs, "920", "920", "")
+		netwatchtest.WaitOwned(t, ns.NetNS(), logs, 920, 920, "")
 	}
 
 	t.Log("both uplinks up: marked packets leave by eth1")
@@ -96,8 +99,8 @@ func TestKernelUplinkPin(t *testing.T) {
 
 	t.Log("someone adds a route to the table: it is removed")
 	ns.IP(t, "route", "add", "10.9.0.0/16", "via", "198.51.100.1", "dev", "eth0", "table", "920")
-	ns.WaitRoute(t, logs, "10.9.0.1", "0x100", pinned("192.0.2.1"))
-	ns.WaitOwned(t, logs, "920", "920", "-4 route default via 192.0.2.1 dev eth1 table 920 proto 242\n"+
+	netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup("10.9.0.1", 0x100), pinned("192.0.2.1"))
+	netwatchtest.WaitOwned(t, ns.NetNS(), logs, 920, 920, "-4 route default via 192.0.2.1 dev eth1 table 920 proto 242\n"+
 		"-4 rule 920:\tfrom all fwmark 0x100/0xff00 lookup 920 proto 242")
 
 	t.Log("eth1's lease is lost: its default route goes, and so does the pin")
@@ -125,10 +128,10 @@ func TestKernelSignal(t *testing.T) {
 	ns.IP(t, "route", "add", "default", "via", "192.0.2.1")
 
 	prog, logs := ns.StartBinary(t, bin, "--uplink", "eth1", "--mark", "0x100/0xff00")
-	want := netwatchtest.Hop{Dev: "eth1", Gateway: "192.0.2.1", Table: "920"}
-	ns.WaitRoute(t, logs, "203.0.113.9", "0x100", want)
+	want := netwatchtest.Hop{Dev: "eth1", Gateway: netip.MustParseAddr("192.0.2.1"), Table: 920}
+	netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup("203.0.113.9", 0x100), want)
 	prog.Stop(t, syscall.SIGINT)
-	ns.WaitRoute(t, logs, "203.0.113.9", "0x100", want)
+	netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup("203.0.113.9", 0x100), want)
 }
 
 // TestKernelFight: a program deleting the rule as fast as it can does not
@@ -142,10 +145,15 @@ func TestKernelFight(t *testing.T) {
 	ns.IP(t, "addr", "add", "192.0.2.2/24", "dev", "eth1")
 	ns.IP(t, "route", "add", "default", "via", "192.0.2.1", "dev", "eth1", "metric", "200", "proto", "dhcp")
 	logs := ns.StartProgram(t, "uplinkpin", run, "--uplink", "eth1", "--mark", "0x100/0xff00")
-	hop := netwatchtest.Hop{Dev: "eth1", Gateway: "192.0.2.1", Table: "920"}
-	ns.WaitRoute(t, logs, "203.0.113.9", "0x100", hop)
+	hop := netwatchtest.Hop{Dev: "eth1", Gateway: netip.MustParseAddr("192.0.2.1"), Table: 920}
+	netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup("203.0.113.9", 0x100), hop)
 	ns.CheckFight(t, logs, "rule del pref 920", "rule 920: fwmark 0x100/0xff00 lookup 920", 1500*time.Millisecond, func() bool {
-		got, _ := ns.RouteGet(netwatchtest.Lookup{Dst: netip.MustParseAddr("203.0.113.9"), Mark: 0x100})
+		got, _ := netwatchtest.RouteGet(ns.NetNS(), netwatchtest.Lookup{Dst: netip.MustParseAddr("203.0.113.9"), Mark: 0x100})
 		return hop.Matches(got)
 	})
+}
+
+// lookup is the route lookup of a packet to addr with mark.
+func lookup(addr string, mark netwatch.Mark) netwatchtest.Lookup {
+	return netwatchtest.Lookup{Dst: netip.MustParseAddr(addr), Mark: mark}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 )
 
@@ -31,18 +32,18 @@ func TestKernelVPNBypass(t *testing.T) {
 	logs := ns.StartProgram(t, "vpnbypass", run, "--link", "vpn0", "--prefix", "198.51.100.0/24", "--prefix", "2001:db8:100::/48")
 
 	const v4, v6 = "198.51.100.7", "2001:db8:100::7"
-	underlay4 := netwatchtest.Hop{Dev: "eth0", Gateway: "192.0.2.1"}
-	underlay6 := netwatchtest.Hop{Dev: "eth0", Gateway: "2001:db8:1::1"}
+	underlay4 := netwatchtest.Hop{Dev: "eth0", Gateway: netip.MustParseAddr("192.0.2.1")}
+	underlay6 := netwatchtest.Hop{Dev: "eth0", Gateway: netip.MustParseAddr("2001:db8:1::1")}
 	both := func(t *testing.T, addr string, unmarked, marked netwatchtest.Hop) {
 		t.Helper()
-		ns.WaitRoute(t, logs, addr, "", unmarked)
-		ns.WaitRoute(t, logs, addr, "0x80000", marked)
+		netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup(addr, 0), unmarked)
+		netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup(addr, 0x80000), marked)
 		// Another mark in the same byte is not the VPN's.
-		ns.WaitRoute(t, logs, addr, "0x40000", unmarked)
+		netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup(addr, 0x40000), unmarked)
 	}
 	nothingOwned := func(t *testing.T) {
 		t.Helper()
-		ns.WaitOwned(t, logs, "910", "910", "")
+		netwatchtest.WaitOwned(t, ns.NetNS(), logs, 910, 910, "")
 	}
 
 	t.Log("no VPN link: nothing changes")
@@ -55,17 +56,17 @@ func TestKernelVPNBypass(t *testing.T) {
 	ns.IP(t, "link", "set", "vpn0", "up")
 	ns.IP(t, "addr", "add", "100.64.0.1/32", "dev", "vpn0")
 	ns.IP(t, "addr", "add", "fd7a::1/128", "dev", "vpn0", "nodad")
-	both(t, v4, netwatchtest.Hop{Dev: "vpn0", Table: "910", PrefSrc: "100.64.0.1"}, underlay4)
-	both(t, v6, netwatchtest.Hop{Dev: "vpn0", Table: "910", PrefSrc: "fd7a::1"}, underlay6)
-	ns.WaitRoute(t, logs, "192.0.2.77", "", netwatchtest.Hop{Dev: "eth0"}) // outside the prefixes
+	both(t, v4, netwatchtest.Hop{Dev: "vpn0", Table: 910, PrefSrc: netip.MustParseAddr("100.64.0.1")}, underlay4)
+	both(t, v6, netwatchtest.Hop{Dev: "vpn0", Table: 910, PrefSrc: netip.MustParseAddr("fd7a::1")}, underlay6)
+	netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup("192.0.2.77", 0), netwatchtest.Hop{Dev: "eth0"}) // outside the prefixes
 
 	t.Log("the VPN link changes address")
 	ns.IP(t, "addr", "add", "100.64.0.2/32", "dev", "vpn0")
 	ns.IP(t, "addr", "del", "100.64.0.1/32", "dev", "vpn0")
 	ns.IP(t, "addr", "add", "fd7a::2/128", "dev", "vpn0", "nodad")
 	ns.IP(t, "addr", "del", "fd7a::1/128", "dev", "vpn0")
-	both(t, v4, netwatchtest.Hop{Dev: "vpn0", Table: "910", PrefSrc: "100.64.0.2"}, underlay4)
-	both(t, v6, netwatchtest.Hop{Dev: "vpn0", Table: "910", PrefSrc: "fd7a::2"}, underlay6)
+	both(t, v4, netwatchtest.Hop{Dev: "vpn0", Table: 910, PrefSrc: netip.MustParseAddr("100.64.0.2")}, underlay4)
+	both(t, v6, netwatchtest.Hop{Dev: "vpn0", Table: 910, PrefSrc: netip.MustParseAddr("fd7a::2")}, underlay6)
 
 	t.Log("the VPN link goes down: everything owned is removed")
 	ns.IP(t, "link", "set", "vpn0", "down")
@@ -75,20 +76,20 @@ func TestKernelVPNBypass(t *testing.T) {
 
 	t.Log("the VPN link comes up again (its IPv6 address went with the down)")
 	ns.IP(t, "link", "set", "vpn0", "up")
-	both(t, v4, netwatchtest.Hop{Dev: "vpn0", Table: "910", PrefSrc: "100.64.0.2"}, underlay4)
-	both(t, v6, netwatchtest.Hop{Dev: "vpn0", Table: "910"}, underlay6)
+	both(t, v4, netwatchtest.Hop{Dev: "vpn0", Table: 910, PrefSrc: netip.MustParseAddr("100.64.0.2")}, underlay4)
+	both(t, v6, netwatchtest.Hop{Dev: "vpn0", Table: 910}, underlay6)
 
 	t.Log("someone deletes the rule: it comes back")
 	n := strings.Count(logs.String(), "rule 910: not fwmark 0x80000/0xff0000 lookup 910")
 	ns.IP(t, "rule", "del", "pref", "910")
 	netwatchtest.WaitLog(t, logs, "rule 910: not fwmark 0x80000/0xff0000 lookup 910", n+1)
-	both(t, v4, netwatchtest.Hop{Dev: "vpn0", Table: "910", PrefSrc: "100.64.0.2"}, underlay4)
+	both(t, v4, netwatchtest.Hop{Dev: "vpn0", Table: 910, PrefSrc: netip.MustParseAddr("100.64.0.2")}, underlay4)
 
 	t.Log("someone adds a route to the table and changes one: the table is put back")
 	ns.IP(t, "route", "add", "203.0.113.0/24", "dev", "eth0", "table", "910")
 	ns.IP(t, "route", "replace", "198.51.100.0/24", "dev", "eth0", "table", "910")
-	ns.WaitRoute(t, logs, "203.0.113.9", "", underlay4)
-	both(t, v4, netwatchtest.Hop{Dev: "vpn0", Table: "910", PrefSrc: "100.64.0.2"}, underlay4)
+	netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup("203.0.113.9", 0), underlay4)
+	both(t, v4, netwatchtest.Hop{Dev: "vpn0", Table: 910, PrefSrc: netip.MustParseAddr("100.64.0.2")}, underlay4)
 
 	t.Log("the VPN link is deleted: everything owned is removed")
 	ns.IP(t, "link", "del", "vpn0")
@@ -100,8 +101,8 @@ func TestKernelVPNBypass(t *testing.T) {
 	ns.AddTun(t, "vpn0")
 	ns.IP(t, "addr", "add", "100.64.0.3/32", "dev", "vpn0")
 	ns.IP(t, "link", "set", "vpn0", "up")
-	both(t, v4, netwatchtest.Hop{Dev: "vpn0", Table: "910", PrefSrc: "100.64.0.3"}, underlay4)
-	both(t, v6, netwatchtest.Hop{Dev: "vpn0", Table: "910"}, underlay6)
+	both(t, v4, netwatchtest.Hop{Dev: "vpn0", Table: 910, PrefSrc: netip.MustParseAddr("100.64.0.3")}, underlay4)
+	both(t, v6, netwatchtest.Hop{Dev: "vpn0", Table: 910}, underlay6)
 }
 
 // TestKernelSignal builds vpnbypass, runs it in a namespace and checks that
@@ -113,9 +114,9 @@ func TestKernelSignal(t *testing.T) {
 	ns.IP(t, "link", "set", "vpn0", "up")
 
 	prog, logs := ns.StartBinary(t, bin, "--link", "vpn0", "--prefix", "198.51.100.0/24")
-	ns.WaitRoute(t, logs, "198.51.100.7", "", netwatchtest.Hop{Dev: "vpn0", Table: "910"})
+	netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup("198.51.100.7", 0), netwatchtest.Hop{Dev: "vpn0", Table: 910})
 	prog.Stop(t, syscall.SIGTERM)
-	ns.WaitRoute(t, logs, "198.51.100.7", "", netwatchtest.Hop{Dev: "vpn0", Table: "910"})
+	netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup("198.51.100.7", 0), netwatchtest.Hop{Dev: "vpn0", Table: 910})
 }
 
 // TestKernelFight: a program deleting the rule as fast as it can does not
@@ -125,10 +126,15 @@ func TestKernelFight(t *testing.T) {
 	ns.AddTun(t, "vpn0")
 	ns.IP(t, "link", "set", "vpn0", "up")
 	logs := ns.StartProgram(t, "vpnbypass", run, "--link", "vpn0", "--prefix", "198.51.100.0/24")
-	hop := netwatchtest.Hop{Dev: "vpn0", Table: "910"}
-	ns.WaitRoute(t, logs, "198.51.100.7", "", hop)
+	hop := netwatchtest.Hop{Dev: "vpn0", Table: 910}
+	netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup("198.51.100.7", 0), hop)
 	ns.CheckFight(t, logs, "rule del pref 910", "rule 910: not fwmark 0x80000/0xff0000 lookup 910", 1500*time.Millisecond, func() bool {
-		got, _ := ns.RouteGet(netwatchtest.Lookup{Dst: netip.MustParseAddr("198.51.100.7")})
+		got, _ := netwatchtest.RouteGet(ns.NetNS(), netwatchtest.Lookup{Dst: netip.MustParseAddr("198.51.100.7")})
 		return hop.Matches(got)
 	})
+}
+
+// lookup is the route lookup of a packet to addr with mark.
+func lookup(addr string, mark netwatch.Mark) netwatchtest.Lookup {
+	return netwatchtest.Lookup{Dst: netip.MustParseAddr(addr), Mark: mark}
 }

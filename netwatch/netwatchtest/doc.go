@@ -5,9 +5,15 @@
 // A policy's pure part needs neither: build a netwatch.Snapshot and call
 // reconcile.Plan. A program's loop runs on the fake kernel (fast, and able
 // to overflow, refuse or interrupt on demand), and its effect is proven on
-// the real kernel: NewNetNS, then StartProgram or StartBinary, WaitRoute
-// and WaitOwned, which poll `ip` until the kernel agrees or a deadline
-// passes.
+// the real kernel.
+//
+// Both hand out a *netwatch.NetNS the same way, Kernel.NetNS and
+// NetNS.NetNS, and every question a test asks takes one, so that one test
+// runs on either: RouteGet (where a packet goes, as a Hop), OwnedText
+// (the routes of a table and the rules at a priority, as ip(8) prints
+// them), and WaitRoute and WaitOwned, which poll them until the namespace
+// agrees or a deadline passes. The fake kernel answers from its state; a
+// real namespace with ip(8), an oracle independent of netwatch.
 //
 // # The fake kernel
 //
@@ -105,9 +111,10 @@
 // called first, fails it instead, for a CI that must not skip (this
 // project's tests call it when MARKSPLIT_KERNEL_TESTS=1). Dial into the
 // namespace with netlink.Config{NetNS: ns.FD()}, inspect it with ns.IP and
-// ns.IPJSON; it is removed when the test ends. For programs built on netwatch,
+// ns.IPJSON; it is removed when the test ends. Named gives it a name in
+// /run/netns for tools that want one. For programs built on netwatch,
 // ns.StartProgram runs one in the namespace for the length of a test,
-// ns.WaitRoute and ns.WaitOwned wait for `ip route get` and the owned
-// table and priority to show what the test expects, and BuildProgram with
-// ns.StartBinary runs the built binary to check its signal handling.
+// WaitRoute and WaitOwned on ns.NetNS() wait for the kernel to show what
+// the test expects, and BuildProgram with ns.StartBinary runs the built
+// binary to check its signal handling.
 package netwatchtest

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 	"syscall"
-	"testing"
 
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/internal/fakekernel"
@@ -149,58 +147,6 @@ func (k *Kernel) Snapshot() netwatch.Snapshot {
 			Protocol: netwatch.Protocol(r.Protocol), Src: r.Src, Dst: r.Dst, TOS: r.TOS, IIF: r.IIF, OIF: r.OIF})
 	}
 	return s
-}
-
-// RouteGet answers q as `ip route get` does, through the rules (the
-// route it finds, or the lookup's error: ENETUNREACH, EHOSTUNREACH,
-// EACCES, EINVAL for a blackhole). It is the lookup alone: a forwarded
-// packet's further checks are not modelled.
-func (k *Kernel) RouteGet(q Lookup) (netwatch.Route, error) {
-	r, err := k.e.Lookup(q.Dst, q.Src, q.IIF, uint32(q.Mark))
-	if err != nil {
-		return netwatch.Route{}, err
-	}
-	return fromEngine(r), nil
-}
-
-// OwnedText lists the routes in table and the rules at priority, IPv4
-// first, one per line, as NetNS.OwnedText lists a real kernel's: "-4 route
-// " or "-6 rule " and the object as ip(8) prints it (netwatch's Describe
-// and String).
-func (k *Kernel) OwnedText(table netwatch.Table, priority uint32) string {
-	s := k.Snapshot()
-	v := s.View()
-	var lines []string
-	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
-		flag := "-4 "
-		if f == netwatch.IPv6 {
-			flag = "-6 "
-		}
-		for _, r := range s.Routes {
-			if r.Family == f && r.Table == table {
-				lines = append(lines, flag+"route "+r.Describe(v.Link))
-			}
-		}
-		for _, r := range s.Rules {
-			if r.Family == f && r.Priority == priority {
-				lines = append(lines, flag+"rule "+r.String())
-			}
-		}
-	}
-	return strings.Join(lines, "\n")
-}
-
-// WaitOwned waits until OwnedText(table, priority) is want, or fails the
-// test, with logs, after a deadline: the fake kernel's NetNS.WaitOwned.
-func (k *Kernel) WaitOwned(t testing.TB, logs fmt.Stringer, table netwatch.Table, priority uint32, want string) {
-	t.Helper()
-	var last string
-	if !Poll(func() bool {
-		last = k.OwnedText(table, priority)
-		return last == want
-	}) {
-		t.Fatalf("table %v and priority %d: want %q, the fake kernel has %q\nlog:\n%s", table, priority, want, last, logs)
-	}
 }
 
 // Request is a request a socket sent the kernel.

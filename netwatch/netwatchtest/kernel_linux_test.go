@@ -86,84 +86,67 @@ func fakeAndReal(t *testing.T) (*Kernel, *NetNS) {
 	return k, ns
 }
 
-// TestKernelRouteGet: the fake kernel's RouteGet follows the rules by
-// source address and input link, as the real kernel's route get does.
-func TestKernelRouteGet(t *testing.T) {
+// both returns the namespaces of fakeAndReal, the fake's first, as the
+// kit hands them out: one test runs on each.
+func both(t *testing.T) []*netwatch.NetNS {
 	k, ns := fakeAndReal(t)
-	dst := netip.MustParseAddr("203.0.113.9")
-	for _, tc := range []struct {
-		name  string
-		q     Lookup
-		dev   string
-		table netwatch.Table
-	}{
-		{"local", Lookup{Dst: dst}, "eth0", netwatch.TableMain},
-		{"from a source the rule names", Lookup{Dst: dst, Src: netip.MustParseAddr("198.51.100.10")}, "eth1", 920},
-		{"from another source", Lookup{Dst: dst, Src: netip.MustParseAddr("192.0.2.10")}, "eth0", netwatch.TableMain},
-		{"in by the link the rule names", Lookup{Dst: dst, Src: netip.MustParseAddr("198.51.100.7"), IIF: "eth1"}, "eth1", 920},
-		{"in by another link", Lookup{Dst: dst, Src: netip.MustParseAddr("192.0.2.7"), IIF: "eth0"}, "eth0", netwatch.TableMain},
-		{"in by the link, from a source the rule names", Lookup{Dst: dst, Src: netip.MustParseAddr("198.51.100.7"), IIF: "eth0"}, "eth1", 920},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r, err := k.RouteGet(tc.q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mtu := uint32(0)
-			if tc.table == 920 {
-				mtu = 1355
-			}
-			if r.Table != tc.table || r.Index != linkIndex(t, k, tc.dev) || r.MTU != mtu {
-				t.Errorf("fake: %v, want dev %s table %v mtu %d", r, tc.dev, tc.table, mtu)
-			}
-			if ns == nil {
-				return
-			}
-			hop, out := ns.RouteGet(tc.q)
-			want := Hop{Dev: tc.dev, MTU: mtu}
-			if tc.table != netwatch.TableMain {
-				want.Table = tc.table.String()
-			}
-			if !want.Matches(hop) || hop.MTU != mtu {
-				t.Errorf("real: %s, want %+v", out, want)
-			}
-		})
-	}
-	if _, err := k.RouteGet(Lookup{Dst: dst, IIF: "nosuch"}); err == nil {
-		t.Error("a lookup in by a link that does not exist: no error")
-	}
-	// A locally generated packet from an address the host does not have.
-	foreign := Lookup{Dst: dst, Src: netip.MustParseAddr("10.9.1.1")}
-	if _, err := k.RouteGet(foreign); !errors.Is(err, syscall.ENETUNREACH) {
-		t.Errorf("fake: from a source not the host's: %v, want ENETUNREACH", err)
-	}
+	nss := []*netwatch.NetNS{k.NetNS()}
 	if ns != nil {
-		if hop, out := ns.RouteGet(foreign); hop != (Hop{}) || !strings.Contains(out, "Network is unreachable") {
-			t.Errorf("real: from a source not the host's: %s", out)
+		nss = append(nss, ns.NetNS())
+	}
+	return nss
+}
+
+// TestKernelRouteGet: RouteGet follows the rules by source address and
+// input link, on the fake kernel as on the real one.
+func TestKernelRouteGet(t *testing.T) {
+	dst := netip.MustParseAddr("203.0.113.9")
+	for i, ns := range both(t) {
+		for _, tc := range []struct {
+			name  string
+			q     Lookup
+			dev   string
+			table netwatch.Table
+		}{
+			{"local", Lookup{Dst: dst}, "eth0", netwatch.TableMain},
+			{"from a source the rule names", Lookup{Dst: dst, Src: netip.MustParseAddr("198.51.100.10")}, "eth1", 920},
+			{"from another source", Lookup{Dst: dst, Src: netip.MustParseAddr("192.0.2.10")}, "eth0", netwatch.TableMain},
+			{"in by the link the rule names", Lookup{Dst: dst, Src: netip.MustParseAddr("198.51.100.7"), IIF: "eth1"}, "eth1", 920},
+			{"in by another link", Lookup{Dst: dst, Src: netip.MustParseAddr("192.0.2.7"), IIF: "eth0"}, "eth0", netwatch.TableMain},
+			{"in by the link, from a source the rule names", Lookup{Dst: dst, Src: netip.MustParseAddr("198.51.100.7"), IIF: "eth0"}, "eth1", 920},
+		} {
+			t.Run([]string{"fake", "real"}[i]+"/"+tc.name, func(t *testing.T) {
+				got, err := RouteGet(ns, tc.q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mtu := uint32(0)
+				if tc.table == 920 {
+					mtu = 1355
+				}
+				want := Hop{Dev: tc.dev, Table: tc.table, MTU: mtu}
+				if !want.Matches(got) || got.MTU != mtu {
+					t.Errorf("got %+v, want %+v", got, want)
+				}
+			})
+		}
+		// A locally generated packet from an address the host does not have.
+		if _, err := RouteGet(ns, Lookup{Dst: dst, Src: netip.MustParseAddr("10.9.1.1")}); !errors.Is(err, syscall.ENETUNREACH) {
+			t.Errorf("%d: from a source not the host's: %v, want ENETUNREACH", i, err)
+		}
+		if _, err := RouteGet(ns, Lookup{Dst: dst, Src: netip.MustParseAddr("198.51.100.7"), IIF: "nosuch"}); err == nil {
+			t.Errorf("%d: a lookup in by a link that does not exist: no error", i)
 		}
 	}
 }
 
-func linkIndex(t *testing.T, k *Kernel, name string) uint32 {
-	t.Helper()
-	for _, l := range k.Snapshot().Links {
-		if l.Name == name {
-			return l.Index
-		}
-	}
-	t.Fatalf("no link %s", name)
-	return 0
-}
-
-// TestKernelOwnedText: the fake kernel's OwnedText lists what a real
-// kernel's does for the same state, line for line.
+// TestKernelOwnedText: OwnedText lists the same lines on the fake kernel
+// as on the real one for the same state.
 func TestKernelOwnedText(t *testing.T) {
-	k, ns := fakeAndReal(t)
 	const want = "-4 route default via 198.51.100.1 dev eth1 table 920 proto static mtu 1355\n" +
 		"-4 rule 920:\tfrom 198.51.100.0/24 lookup 920"
-	k.WaitOwned(t, new(SyncBuffer), 920, 920, want)
-	if ns != nil {
-		ns.WaitOwned(t, new(SyncBuffer), "920", "920", want)
+	for _, ns := range both(t) {
+		WaitOwned(t, ns, new(SyncBuffer), 920, 920, want)
 	}
 }
 

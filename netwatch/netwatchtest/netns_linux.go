@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/internal/nstest"
 	"golang.org/x/sys/unix"
 )
@@ -31,6 +32,7 @@ func RequireKernel(t testing.TB) {
 type NetNS struct {
 	ns   *nstest.NS
 	path string
+	h    *netwatch.NetNS
 }
 
 // NewNetNS creates a network namespace for the test (after
@@ -46,8 +48,19 @@ func NewNetNS(t testing.TB) *NetNS {
 		t.Fatalf("netwatchtest: %v", err)
 	}
 	t.Cleanup(n.Close)
-	return &NetNS{ns: n, path: n.Path()}
+	h, err := netwatch.OpenNetNS(n.Path())
+	if err != nil {
+		t.Fatalf("netwatchtest: %v", err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return &NetNS{ns: n, path: n.Path(), h: h}
 }
+
+// NetNS returns the namespace as netwatch opens it, as Kernel.NetNS
+// returns the fake kernel's: give it to netwatch.Options.NetNS and
+// netwatch.DialApplier, and ask it RouteGet and OwnedText. It is closed
+// when the test ends.
+func (ns *NetNS) NetNS() *netwatch.NetNS { return ns.h }
 
 // Named gives the namespace a name, as `ip netns add` does: it is bound
 // at /run/netns/NAME, so that `ip -n NAME` and `ip netns exec NAME` reach

@@ -5,20 +5,16 @@ package netwatchtest
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/netip"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/marksplit/marksplit/netwatch"
 	"golang.org/x/sys/unix"
 )
 
@@ -110,133 +106,6 @@ func (p *Process) Stop(t testing.TB, sig syscall.Signal) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("still running 5 s after %s\n%s", name, p.logs)
 	}
-}
-
-// Hop is what `ip -j route get` says, the fields a test checks; Table is
-// empty for the main table, MTU 0 for a route without an MTU of its own
-// (its link's applies).
-type Hop struct {
-	Dev     string `json:"dev"`
-	Gateway string `json:"gateway"`
-	PrefSrc string `json:"prefsrc"`
-	Table   string `json:"table"`
-	MTU     uint32 `json:"-"` // from "metrics": [{"mtu": N}]
-}
-
-// Matches reports whether got has every field want sets, and the table
-// want names (main when empty).
-func (want Hop) Matches(got Hop) bool {
-	return got.Dev == want.Dev && got.Table == want.Table &&
-		(want.Gateway == "" || got.Gateway == want.Gateway) &&
-		(want.PrefSrc == "" || got.PrefSrc == want.PrefSrc) &&
-		(want.MTU == 0 || got.MTU == want.MTU)
-}
-
-// Lookup is the question of a route lookup, as `ip route get` takes it:
-// where a packet to Dst goes.
-type Lookup struct {
-	Dst netip.Addr
-	// Src is the packet's source ("from"); zero for a locally generated
-	// packet without one.
-	Src netip.Addr
-	// IIF is the link a forwarded packet came in by ("iif"); "" for a
-	// locally generated packet.
-	IIF  string
-	Mark netwatch.Mark
-}
-
-// RouteGet asks the kernel, with `ip -j route get` in the namespace, where
-// a packet goes, and returns the answer with ip(8)'s output (its error
-// message when it failed).
-func (ns *NetNS) RouteGet(q Lookup) (Hop, string) {
-	args := []string{"--net=" + ns.Path(), "ip", "-j", "route", "get", q.Dst.String()}
-	if q.Src.IsValid() {
-		args = append(args, "from", q.Src.String())
-	}
-	if q.IIF != "" {
-		args = append(args, "iif", q.IIF)
-	}
-	if q.Mark != 0 {
-		args = append(args, "mark", q.Mark.String())
-	}
-	out, err := exec.Command("nsenter", args...).CombinedOutput()
-	if err != nil {
-		return Hop{}, strings.TrimSpace(string(out))
-	}
-	var hs []struct {
-		Hop
-		Metrics []struct {
-			MTU uint32 `json:"mtu"`
-		} `json:"metrics"`
-	}
-	if err := json.Unmarshal(out, &hs); err != nil || len(hs) != 1 {
-		return Hop{}, string(out)
-	}
-	for _, m := range hs[0].Metrics {
-		hs[0].Hop.MTU = max(hs[0].Hop.MTU, m.MTU)
-	}
-	return hs[0].Hop, string(out)
-}
-
-// WaitRoute polls `ip route get ADDR [mark MARK]` until the kernel's
-// answer matches want, or fails the test, with logs, after a deadline.
-func (ns *NetNS) WaitRoute(t testing.TB, logs fmt.Stringer, addr, mark string, want Hop) {
-	t.Helper()
-	var last string
-	if !Poll(func() bool {
-		q := Lookup{Dst: netip.MustParseAddr(addr)}
-		if mark != "" {
-			m, err := strconv.ParseUint(mark, 0, 32)
-			if err != nil {
-				t.Fatalf("netwatchtest: mark %q: %v", mark, err)
-			}
-			q.Mark = netwatch.Mark(m)
-		}
-		var got Hop
-		got, last = ns.RouteGet(q)
-		return want.Matches(got)
-	}) {
-		t.Fatalf("ip route get %s mark %q: want %+v, kernel says %s\nlog:\n%s", addr, mark, want, last, logs)
-	}
-}
-
-// WaitOwned polls until the routes in table and the rules at priority, both
-// families, one per line as OwnedText lists them, are want, or fails the
-// test, with logs, after a deadline.
-func (ns *NetNS) WaitOwned(t testing.TB, logs fmt.Stringer, table, priority, want string) {
-	t.Helper()
-	var last string
-	if !Poll(func() bool {
-		last = ns.OwnedText(table, priority)
-		return last == want
-	}) {
-		t.Fatalf("table %s and priority %s: want %q, kernel has %q\nlog:\n%s", table, priority, want, last, logs)
-	}
-}
-
-// OwnedText lists the routes in table and the rules at priority, IPv4
-// first, one per line as ip(8) prints them after "-4 route ", "-6 rule "
-// and so on.
-func (ns *NetNS) OwnedText(table, priority string) string {
-	ip := func(args ...string) string {
-		out, err := exec.Command("nsenter", append([]string{"--net=" + ns.Path(), "ip"}, args...)...).CombinedOutput()
-		if err != nil {
-			return "error: " + strings.TrimSpace(string(out))
-		}
-		return string(out)
-	}
-	var lines []string
-	for _, f := range []string{"-4", "-6"} {
-		for l := range strings.Lines(ip(f, "route", "show", "table", "all")) {
-			if strings.Contains(l, " table "+table+" ") {
-				lines = append(lines, f+" route "+strings.TrimSpace(l))
-			}
-		}
-		for l := range strings.Lines(ip(f, "rule", "show", "pref", priority)) {
-			lines = append(lines, f+" rule "+strings.TrimSpace(l))
-		}
-	}
-	return strings.Join(lines, "\n")
 }
 
 // WaitLog waits until logs holds s at least n times, or fails the test

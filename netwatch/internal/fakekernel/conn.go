@@ -350,3 +350,11 @@ type dialer struct{ k *Kernel }
 func (d dialer) Dial(cfg rtnl.DialConfig) (rtnl.Conn, error) {
 	return d.k.DialConn(cfg.Groups, cfg.ReadBuffer)
 }
+
+// Of returns the fake kernel that handed ns out (NetNS), or false for a
+// namespace of the real kernel.
+func Of(ns *rtnl.NetNS) (*Kernel, bool) {
+	_, d := rtnl.Target(ns)
+	fd, ok := d.(dialer)
+	return fd.k, ok
+}
