@@ -46,7 +46,7 @@ func TestFakeSubcommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "route-replace") || !strings.Contains(out, "rule-add") {
 		t.Fatalf("plan: exit %d, output %q; want 0 and a route and a rule to add\nlog:\n%s", code, out, logs)
 	}
-	if got := k.OwnedText(920, 920); got != "" {
+	if got := ownedOn(t, k); got != "" {
 		t.Fatalf("plan changed the kernel: %q", got)
 	}
 
@@ -54,7 +54,7 @@ func TestFakeSubcommands(t *testing.T) {
 	if code != 0 || strings.Count(out, "\n") != 2 {
 		t.Fatalf("once: exit %d, output %q; want 0 and two changes\nlog:\n%s", code, out, logs)
 	}
-	if got := k.OwnedText(920, 920); got != pinned {
+	if got := ownedOn(t, k); got != pinned {
 		t.Fatalf("after once: kernel has %q, want %q", got, pinned)
 	}
 
@@ -75,7 +75,7 @@ func TestFakeSubcommands(t *testing.T) {
 		if err := k.ReplaceRoute(netwatch.Route{Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: netip.MustParseAddr("192.0.2.254"), Index: eth1, Metric: 200}); err != nil {
 			t.Fatal(err)
 		}
-		k.WaitOwned(t, &stderr, 920, 920, strings.Replace(pinned, "192.0.2.1", "192.0.2.254", 1))
+		netwatchtest.WaitOwned(t, k.NetNS(), &stderr, 920, 920, strings.Replace(pinned, "192.0.2.1", "192.0.2.254", 1))
 		cancel()
 		if code := <-done; code != 0 {
 			t.Errorf("run: exit %d\n%s", code, &stderr)
@@ -86,7 +86,17 @@ func TestFakeSubcommands(t *testing.T) {
 	if code != 0 || strings.Count(out, "\n") != 2 {
 		t.Fatalf("cleanup: exit %d, output %q; want 0 and two changes\nlog:\n%s", code, out, logs)
 	}
-	if got := k.OwnedText(920, 920); got != "" {
+	if got := ownedOn(t, k); got != "" {
 		t.Fatalf("after cleanup: kernel has %q, want nothing", got)
 	}
+}
+
+// ownedOn is what the fake kernel k has in table 920 and at priority 920.
+func ownedOn(t *testing.T, k *netwatchtest.Kernel) string {
+	t.Helper()
+	s, err := netwatchtest.OwnedText(k.NetNS(), 920, 920)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
