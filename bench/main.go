@@ -73,6 +73,7 @@ type config struct {
 	rcvbuf       int
 	skipRepair   bool
 	skipPasses   bool
+	passHogs     int
 	baseRev      string
 	only         []string
 }
@@ -95,11 +96,12 @@ func run() int {
 	fs.StringVar(&cfg.agent, "agent", "", "the marksplit binary (default: go build ./agent in -repo)")
 	fs.StringVar(&cfg.repo, "repo", "..", "the repository root, for building the agent")
 	fs.StringVar(&cfg.out, "out", "", "write the report here (default: standard output)")
-	fs.BoolVar(&cfg.quick, "quick", false, "CI size: 10k routes, one run, 5000 routes per writer, 5 agent and 2 poll trials at 2 s")
+	fs.BoolVar(&cfg.quick, "quick", false, "CI size: 10k routes, one run, 5000 routes per writer, 5 agent and 2 poll trials at 2 s, no CPU hogs")
 	fs.IntVar(&cfg.loadBatch, "load-batch", 1024, "route messages per sendmsg when loading")
 	fs.IntVar(&cfg.largeRcvBuf, "ingest-rcvbuf", 256<<20, "receive buffer requested by every consumer in the ingest scenario")
 	fs.BoolVar(&cfg.skipRepair, "skip-repair", false, "leave out the repair latency")
 	fs.BoolVar(&cfg.skipPasses, "skip-passes", false, "leave out the agent's big passes")
+	fs.IntVar(&cfg.passHogs, "pass-hogs", 2, "CPU hogs (spinning loops) running beside the big passes, as a busy node has")
 	fs.StringVar(&cfg.baseRev, "base-rev", "a29e597", "the commit whose agent the big passes are compared with (built from a git worktree of -repo)")
 	var only string
 	fs.StringVar(&only, "only", "", "comma-separated contenders to measure (default: all), for debugging")
@@ -135,7 +137,7 @@ func run() int {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if cfg.quick {
 		for name, v := range map[string]string{"routes": "10000", "runs": "1", "churn-routes": "5000", "churn-runs": "1",
-			"sync-pairs": "1", "agent-trials": "5", "poll-trials": "2", "poll-interval": "2s"} {
+			"sync-pairs": "1", "agent-trials": "5", "poll-trials": "2", "poll-interval": "2s", "pass-hogs": "0"} {
 			if !set[name] {
 				fs.Set(name, v)
 			}
@@ -320,11 +322,14 @@ func measure(cfg *config) (*report, error) {
 	if !cfg.skipPasses {
 		rep.Loads = append(rep.Loads, loadAvg1())
 		logf("big passes: this tree's agent against %s's", cfg.baseRev)
+		stop := startHogs(cfg.passHogs)
 		ps, err := passSection(cfg.repo, agent, cfg.baseRev)
+		rep.PassLoad = loadAvg1()
+		stop()
 		if err != nil {
 			return nil, err
 		}
-		rep.Passes, rep.BaseRev = ps, cfg.baseRev
+		rep.Passes, rep.BaseRev, rep.PassHogs = ps, cfg.baseRev, cfg.passHogs
 	}
 	rep.Loads = append(rep.Loads, loadAvg1())
 	rep.Took = time.Since(begin)

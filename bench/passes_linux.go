@@ -170,3 +170,25 @@ func batchRoutes(ns string, n int, extra string) error {
 	}
 	return nil
 }
+
+// startHogs starts n CPU hogs, each a shell spinning in a loop (processes,
+// so that the bench's own goroutines are not starved of its Ps), and
+// returns the function that stops them: the passes' memory is measured on
+// a node whose cores are busy, where the collector runs late.
+func startHogs(n int) (stop func()) {
+	var hogs []*exec.Cmd
+	for range n {
+		c := exec.Command("sh", "-c", "while :; do :; done")
+		if err := c.Start(); err != nil {
+			logf("a CPU hog did not start: %v", err)
+			continue
+		}
+		hogs = append(hogs, c)
+	}
+	return func() {
+		for _, c := range hogs {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}
+}

@@ -116,6 +116,10 @@ type report struct {
 	// Passes are the agent's big passes, against BaseRev's agent.
 	Passes  []passResult
 	BaseRev string
+	// PassHogs is how many CPU hogs ran beside the passes, PassLoad the
+	// 1-minute load average at their end.
+	PassHogs int
+	PassLoad float64
 }
 
 type syncGroup struct {
