@@ -259,7 +259,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		switch {
 		case !watching.Load():
 			return errors.New("the rtnetlink watcher is not running")
-		case !w.Synced():
+		case !w.Stats().Synced:
 			return errors.New("the rtnetlink cache is not synced")
 		}
 		return nil

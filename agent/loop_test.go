@@ -237,7 +237,7 @@ func TestLoopUnknownModeEditsNothing(t *testing.T) {
 	k, _, _ := seedKernel(t)
 	h := newHarness(t, k)
 	h.start()
-	res := h.waitPass("after the sync", func(p reconcile.Pass) bool { return h.w.Synced() })
+	res := h.waitPass("after the sync", func(p reconcile.Pass) bool { return h.w.Stats().Synced })
 	if res.Planned {
 		t.Fatalf("pass with mode unknown planned: %+v", res)
 	}

@@ -41,7 +41,7 @@ func TestLoopPeers(t *testing.T) {
 	h := newHarnessCfg(t, k, peersConfig())
 	h.start()
 	h.l.setMode(mtupolicy.ModeOn)
-	res := h.waitPass("with the mode known", func(p reconcile.Pass) bool { return h.w.Synced() })
+	res := h.waitPass("with the mode known", func(p reconcile.Pass) bool { return h.w.Stats().Synced })
 	if res.Planned {
 		t.Fatalf("pass without a list of the peers planned: %+v", res)
 	}

@@ -272,7 +272,7 @@ func changed(w *netwatch.Watcher) (ch <-chan struct{}) {
 }
 
 func (c *netwatchConsumer) waitSynced(timeout <-chan time.Time) error {
-	for ch := changed(c.w); !c.w.Synced(); ch = changed(c.w) {
+	for ch := changed(c.w); !c.w.Stats().Synced; ch = changed(c.w) {
 		select {
 		case <-ch:
 		case <-timeout:
@@ -304,7 +304,7 @@ func (c *netwatchConsumer) stop() {
 	// Leave the watcher running until its routes are compared; a
 	// watcher that is not synced has nothing to compare.
 	deadline := time.Now().Add(10 * time.Second)
-	for ch := changed(c.w); !c.w.Synced() && time.Now().Before(deadline); ch = changed(c.w) {
+	for ch := changed(c.w); !c.w.Stats().Synced && time.Now().Before(deadline); ch = changed(c.w) {
 		select {
 		case <-ch:
 		case <-time.After(10 * time.Millisecond):
@@ -616,4 +616,17 @@ func churn(socks []*nlSock, k, batch int, spec routeSpec) (writerStats, error) {
 	wg.Wait()
 	end := time.Now()
 	return writerStats{Ops: int64(2 * k * len(socks)), StartNS: start.UnixNano(), EndNS: end.UnixNano()}, errors.Join(errs...)
+}
+
+// routeCount is the number of routes v holds, of both families.
+func routeCount(v netwatch.View) int {
+	n := 0
+	for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
+		for _, t := range v.Tables(f) {
+			for range v.Routes(f, t) {
+				n++
+			}
+		}
+	}
+	return n
 }

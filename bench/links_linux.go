@@ -91,7 +91,7 @@ func childLinks(expect int) (linkResult, error) {
 		return res, err
 	}
 	var routes int
-	w.Read(func(v netwatch.View) { routes = v.RouteCount(netwatch.IPv4) + v.RouteCount(netwatch.IPv6) })
+	w.Read(func(v netwatch.View) { routes = routeCount(v) })
 	if routes < expect {
 		return res, fmt.Errorf("netwatch synced %d routes, want %d", routes, expect)
 	}

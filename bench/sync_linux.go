@@ -53,7 +53,7 @@ func childSync(contender string, expect int) (syncResult, error) {
 		go func() { errc <- w.Run(ctx) }()
 		timeout := time.NewTimer(5 * time.Minute)
 		defer timeout.Stop()
-		for ch := changed(w); !w.Synced(); ch = changed(w) {
+		for ch := changed(w); !w.Stats().Synced; ch = changed(w) {
 			select {
 			case <-ch:
 			case err := <-errc:
@@ -62,7 +62,7 @@ func childSync(contender string, expect int) (syncResult, error) {
 				return res, errors.New("netwatch: not synced within 5 minutes")
 			}
 		}
-		w.Read(func(v netwatch.View) { res.Routes = v.RouteCount(netwatch.IPv4) + v.RouteCount(netwatch.IPv6) })
+		w.Read(func(v netwatch.View) { res.Routes = routeCount(v) })
 		keep = w
 		mapped = w.Stats().MappedBytes
 	case "vishvananda-list":

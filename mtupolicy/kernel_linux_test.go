@@ -69,7 +69,7 @@ func settle(t *testing.T, w *netwatch.Watcher, cfg mtupolicy.Config, mode mtupol
 	defer tick.Stop()
 	var last []netwatch.Op
 	for {
-		if w.Synced() {
+		if w.Stats().Synced {
 			ops, _, err := planNow(w, cfg, mode)
 			if err == nil && len(ops) == 0 {
 				return
@@ -91,7 +91,7 @@ func waitSync(t *testing.T, w *netwatch.Watcher) {
 	defer deadline.Stop()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
-	for !w.Synced() {
+	for !w.Stats().Synced {
 		select {
 		case <-deadline.C:
 			t.Fatalf("watcher not synced within 5 s; stats %+v", w.Stats())

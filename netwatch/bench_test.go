@@ -132,7 +132,7 @@ func syncOnce(b *testing.B, ns *testNS, measure func(*Watcher)) (time.Duration, 
 	start := time.Now()
 	go func() { done <- w.Run(ctx) }()
 	deadline := time.After(2 * time.Minute)
-	for ch := w.nextChange(); !w.Synced(); ch = w.nextChange() {
+	for ch := w.nextChange(); !w.synced(); ch = w.nextChange() {
 		select {
 		case <-ch:
 		case <-deadline:
@@ -144,7 +144,7 @@ func syncOnce(b *testing.B, ns *testNS, measure func(*Watcher)) (time.Duration, 
 		measure(w)
 	}
 	var routes int
-	w.Read(func(v View) { routes = v.RouteCount(IPv4) })
+	w.Read(func(v View) { routes = v.routeCount(IPv4) })
 	cancel()
 	<-done
 	return took, routes
@@ -278,7 +278,7 @@ func TestHelperSyncRSS(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	deadline := time.After(2 * time.Minute)
-	for ch := w.nextChange(); !w.Synced(); ch = w.nextChange() {
+	for ch := w.nextChange(); !w.synced(); ch = w.nextChange() {
 		select {
 		case <-ch:
 		case <-deadline:
@@ -286,7 +286,7 @@ func TestHelperSyncRSS(t *testing.T) {
 		}
 	}
 	var got int
-	w.Read(func(v View) { got = v.RouteCount(IPv4) })
+	w.Read(func(v View) { got = v.routeCount(IPv4) })
 	cancel()
 	<-done
 	if got < want {
@@ -342,7 +342,7 @@ func benchIngest(b *testing.B, tableRoutes int) {
 	writers := []*routeWriter{dialRouteWriter(b, ns), dialRouteWriter(b, ns)}
 	base := w.Stats()
 	var baseRoutes int
-	w.Read(func(v View) { baseRoutes = v.RouteCount(IPv4) })
+	w.Read(func(v View) { baseRoutes = v.routeCount(IPv4) })
 
 	b.ResetTimer()
 	start := time.Now()
@@ -395,7 +395,7 @@ func benchIngest(b *testing.B, tableRoutes int) {
 		}
 		if st.Resyncs[resyncOverflow] > base.Resyncs[resyncOverflow] && st.Synced {
 			var n int
-			w.Read(func(v View) { n = v.RouteCount(IPv4) })
+			w.Read(func(v View) { n = v.routeCount(IPv4) })
 			if n == baseRoutes {
 				break
 			}

@@ -202,8 +202,9 @@ func (w *Watcher) view() View {
 	return View{s: w.st, j: &w.journal, changed: w.changed, tables: w.tables, held: len(w.findings) > 0}
 }
 
-// Synced reports whether the cache currently mirrors the kernel.
-func (w *Watcher) Synced() bool { return w.now.Load().synced }
+// synced reports whether the cache currently mirrors the kernel (as
+// Stats.Synced and View.Synced say).
+func (w *Watcher) synced() bool { return w.now.Load().synced }
 
 // nextChange returns a channel that is closed at the next change of the cache
 // after the call: an event applied, a resync swapped in, the cache becoming
@@ -219,7 +220,7 @@ func (w *Watcher) nextChange() <-chan struct{} { return w.now.Load().changed }
 func (w *Watcher) WaitSynced(ctx context.Context) error {
 	for {
 		ch := w.nextChange()
-		if w.Synced() {
+		if w.synced() {
 			return nil
 		}
 		select {

@@ -277,7 +277,7 @@ func waitFake(t *testing.T, w *Watcher, k *fakekernel.Kernel, what string) {
 	defer tick.Stop()
 	diff := "never synced"
 	for {
-		if w.Synced() {
+		if w.synced() {
 			var got fakeState
 			w.Read(func(v View) { got = fakeStateOfView(v) })
 			if diff = gocmp.Diff(fakeStateOf(k), got); diff == "" {
@@ -500,7 +500,7 @@ func TestFakeRequestErrors(t *testing.T) {
 		k.FailAll(unix.RTM_GETLINK, unix.EPERM)
 		w, _ := startFake(t, k, Options{})
 		st := waitStats(t, w, "reconnects", func(s Stats) bool { return s.Reconnects >= 5 })
-		if st.Synced || w.Synced() {
+		if st.Synced || w.synced() {
 			t.Errorf("synced although every link dump fails")
 		}
 		w.Read(func(v View) {
@@ -781,7 +781,7 @@ func TestRunStops(t *testing.T) {
 		defer d.k.Close()
 		w, cancel, done := run(t, Options{NetNS: fakeNetNS(d), RetryMin: time.Hour, RetryMax: time.Hour})
 		waitStats(t, w, "first failure", func(s Stats) bool { return s.Reconnects == 1 })
-		if w.Synced() {
+		if w.synced() {
 			t.Errorf("synced without a kernel")
 		}
 		stop(t, w, cancel, done)
@@ -1076,13 +1076,13 @@ func TestSubscribeStartMayAsk(t *testing.T) {
 	waitFake(t, w, k, "initial sync")
 	var routes int
 	sub := w.Subscribe(64, func(v View) {
-		if !w.Synced() || w.Stats().Generation == 0 {
+		if !w.synced() || w.Stats().Generation == 0 {
 			t.Error("not synced inside start")
 		}
 		if w.nextChange() == nil { // taking it must not block
 			t.Error("no Changed channel")
 		}
-		routes = v.RouteCount(IPv4)
+		routes = v.routeCount(IPv4)
 	})
 	defer sub.Close()
 	if err := k.AddRoute(fakekernel.Route{Table: 900, Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth, Scope: unix.RT_SCOPE_LINK}); err != nil {

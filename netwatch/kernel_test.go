@@ -630,7 +630,7 @@ func startWatcher(tb testing.TB, opts Options) *Watcher {
 func waitSynced(tb testing.TB, w *Watcher, timeout time.Duration) {
 	tb.Helper()
 	deadline := time.After(timeout)
-	for ch := w.nextChange(); !w.Synced(); ch = w.nextChange() {
+	for ch := w.nextChange(); !w.synced(); ch = w.nextChange() {
 		select {
 		case <-ch:
 		case <-deadline:
@@ -652,7 +652,7 @@ func waitConverged(tb testing.TB, w *Watcher, ns *testNS, timeout time.Duration,
 	diff := "cache never synced"
 	start := time.Now()
 	for {
-		if w.Synced() {
+		if w.synced() {
 			want := ns.oracle(tb)
 			var got kernelState
 			w.Read(func(v View) { got = stateOf(v.snapshot()) })
@@ -1770,7 +1770,7 @@ func TestKernelRunStopsDuringDump(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatalf("Run did not return within 1 s of cancellation mid-dump")
 	}
-	if w.Synced() {
+	if w.synced() {
 		t.Errorf("synced although the dump was cut short")
 	}
 }

@@ -13,6 +13,7 @@ import (
 //
 //	table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355
 //	table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1420 (was 1355)
+//	table 920: default via 192.0.2.254 dev eth1 (was default via 192.0.2.1 dev eth1)
 //	table 900: removed 10.0.0.0/16 via 10.0.0.1 dev enp7s0 proto 109 src 10.0.0.5 mtu 1355
 //	rule 900: not fwmark 0xe00/0xf00 lookup 900
 //	rule 900 (inet6): removed not fwmark 0xe00/0xf00 lookup 900 proto 109
@@ -21,7 +22,9 @@ import (
 // Every attribute the object has is named (metrics and their locks,
 // realms, expiry, preference, flags such as onlink, encapsulation, and
 // undecoded attributes as hex), and every one that differs from before;
-// the protocol is named on removals and when it changes. An IPv6 rule's
+// the protocol is named on removals and when it changes. A route whose
+// path changed (its gateway, link or preferred source) is written out
+// whole before and after, which reads better than word by word. An IPv6 rule's
 // head says "(inet6)", since a rule may name no address; a route's family
 // shows in its destination. The last line is a repair of a foreign route,
 // named by its protocol, with what changed.
@@ -42,6 +45,9 @@ func (o Op) Describe(links func(index uint32) (Link, bool)) string {
 		if v, _ := lookup(was, "proto"); v == mustLookup(now, "proto") {
 			now, was = without(now, "proto"), without(was, "proto")
 		}
+		if o.Route.Gateway != o.Was.Gateway || o.Route.Index != o.Was.Index || o.Route.PrefSrc != o.Was.PrefSrc {
+			return "table " + o.Route.Table.String() + ": " + render(now) + " (was " + render(was) + ")"
+		}
 		return "table " + o.Route.Table.String() + ": " + renderDiff(now, was)
 	case RouteDelete:
 		words := logWords(o.Route, links)
@@ -55,19 +61,6 @@ func (o Op) Describe(links func(index uint32) (Link, bool)) string {
 		return ruleHead(o.Rule) + ": removed " + render(ruleWords(o.Rule))
 	}
 	return o.Kind.String()
-}
-
-// DescribeWhole is Describe, except that a replaced owned route's previous
-// state is written out whole rather than word by word, which reads better
-// when the path changes:
-//
-//	table 920: default via 192.0.2.254 dev eth1 (was default via 192.0.2.1 dev eth1)
-func (o Op) DescribeWhole(links func(index uint32) (Link, bool)) string {
-	if o.Kind != RouteReplace || o.Repair || !o.HasWas {
-		return o.Describe(links)
-	}
-	whole := func(r Route) string { return render(without(logWords(r, links), "proto")) }
-	return "table " + o.Route.Table.String() + ": " + whole(o.Route) + " (was " + whole(o.Was) + ")"
 }
 
 // Describe renders r as `ip route show table all` prints it, on one line

@@ -57,7 +57,7 @@ func TestOpDescribe(t *testing.T) {
 		{Op{Kind: RouteReplace, Route: mtu(table, 1420), Was: table, HasWas: true},
 			"table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1420 (was 1355)"},
 		{Op{Kind: RouteReplace, Route: other, Was: table, HasWas: true},
-			"table 900: 10.0.0.0/16 dev eth1 (was enp7s0) mtu 1355 (was via 10.0.0.1) (was src 10.0.0.5)"},
+			"table 900: 10.0.0.0/16 dev eth1 mtu 1355 (was 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355)"},
 		{Op{Kind: RouteReplace, Route: table, Was: mtu(table, 0), HasWas: true},
 			"table 900: 10.0.0.0/16 via 10.0.0.1 dev enp7s0 src 10.0.0.5 mtu 1355 (was unset)"},
 		{Op{Kind: RouteDelete, Route: table},
@@ -80,7 +80,10 @@ func TestOpDescribe(t *testing.T) {
 	}
 }
 
-func TestOpDescribeWhole(t *testing.T) {
+// TestOpDescribePath: a replaced owned route whose path changed is
+// written out whole before and after; the rest as Describe always writes
+// them.
+func TestOpDescribePath(t *testing.T) {
 	pfx, addr := netip.MustParsePrefix, netip.MustParseAddr
 	was := Route{Family: IPv4, Table: 920, Dst: pfx("0.0.0.0/0"), Gateway: addr("192.0.2.1"), Index: 3, Protocol: 242, Type: RouteUnicast}
 	now := was
@@ -117,8 +120,8 @@ func TestOpDescribeWhole(t *testing.T) {
 			"dhcp route 10.0.0.0/16 mtu 1500 (was 1355)"},
 	}
 	for _, tt := range tests {
-		if got := tt.op.DescribeWhole(testLinks); got != tt.want {
-			t.Errorf("DescribeWhole(%v %v)\n got %q\nwant %q", tt.op.Kind, tt.op.Route, got, tt.want)
+		if got := tt.op.Describe(testLinks); got != tt.want {
+			t.Errorf("Describe(%v %v)\n got %q\nwant %q", tt.op.Kind, tt.op.Route, got, tt.want)
 		}
 	}
 }

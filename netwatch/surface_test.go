@@ -73,9 +73,10 @@ func surface(t *testing.T, dir string) (idents, fields int) {
 // (issue 24): no package above 150 identifiers, the cache and the
 // reconciler together at most 220, the test kit at most 100. What is
 // exported must earn its place; this says when something new pushes
-// something out. netwatch may hold 160 since RouteSet (issue 31): the one
-// type that lets a policy desire a full table's copy within a small
-// memory limit, six identifiers that nothing else could replace.
+// something out. netwatch holds 154, on its way back to 150 (issue 37):
+// RouteSet (issue 31) added six identifiers; Op.DescribeWhole,
+// Watcher.Synced and View.RouteCount, each a second way to do one thing,
+// went; the limit only comes down.
 func TestSurface(t *testing.T) {
 	nw, nwf := surface(t, ".")
 	rc, rcf := surface(t, "reconcile")
@@ -86,7 +87,7 @@ func TestSurface(t *testing.T) {
 		what     string
 		n, limit int
 	}{
-		{"netwatch", nw, 160},
+		{"netwatch", nw, 154},
 		{"netwatch/reconcile", rc, 150},
 		{"netwatch and netwatch/reconcile", nw + rc, 220},
 		{"netwatch/netwatchtest", kit, 100},

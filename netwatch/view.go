@@ -250,8 +250,8 @@ func (v View) Route(k RouteKey) []Route {
 	return nil
 }
 
-// RouteCount returns the number of routes cached for family f.
-func (v View) RouteCount(f Family) int {
+// routeCount returns the number of routes cached for family f.
+func (v View) routeCount(f Family) int {
 	n := 0
 	for _, tb := range v.s.tables[fi(f)] {
 		n += tb.len()

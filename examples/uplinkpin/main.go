@@ -21,8 +21,7 @@ func main() {
 // reads the main table too.
 func command(c *Config) (*program.Program, func() (func(netwatch.View) (reconcile.Desired, bool), error)) {
 	p := &program.Program{Name: "uplinkpin", Usage: "--uplink LINK --mark MARK/MASK",
-		Table: 920, Priority: 920, Protocol: 242, Cache: []netwatch.Table{netwatch.TableMain},
-		Reconciler: &reconcile.Reconciler{Describe: netwatch.Op.DescribeWhole}}
+		Table: 920, Priority: 920, Protocol: 242, Cache: []netwatch.Table{netwatch.TableMain}}
 	*c = Config{}
 	var mark reconcile.MarkMask
 	p.Flags().Var((*reconcile.LinkName)(&c.Uplink), "uplink", "the `link` marked packets leave by (required)")

@@ -21,8 +21,7 @@ func main() {
 // policy reads no route table but its own.
 func command(c *Config) (*program.Program, func() (func(netwatch.View) (reconcile.Desired, bool), error)) {
 	p := &program.Program{Name: "vpnbypass", Usage: "--prefix CIDR [--prefix CIDR...]",
-		Table: 910, Priority: 910, Protocol: 241,
-		Reconciler: &reconcile.Reconciler{Describe: netwatch.Op.DescribeWhole}}
+		Table: 910, Priority: 910, Protocol: 241}
 	*c = Config{Link: "tailscale0"}
 	mark := reconcile.MarkMask{Mark: 0x80000, Mask: 0xff0000}
 	p.Flags().Var((*reconcile.Prefixes)(&c.Prefixes), "prefix", "`CIDR` to send through the VPN link (repeatable, at least one)")

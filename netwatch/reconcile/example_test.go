@@ -104,7 +104,7 @@ func Example() {
 	//   rule 920: fwmark 0x100/0xff00 lookup 920
 	//   rule 920 (inet6): fwmark 0x100/0xff00 lookup 920
 	// new gateway: []
-	//   table 920: default via 192.0.2.2 (was 192.0.2.1) dev eth1 src 192.0.2.10
+	//   table 920: default via 192.0.2.2 dev eth1 src 192.0.2.10 (was default via 192.0.2.1 dev eth1 src 192.0.2.10)
 	// eth1 gone: ["eth1 is missing or down"]
 	//   rule 920: removed fwmark 0x100/0xff00 lookup 920 proto 242
 	//   rule 920 (inet6): removed fwmark 0x100/0xff00 lookup 920 proto 242
