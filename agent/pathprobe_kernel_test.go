@@ -95,9 +95,15 @@ func holeBehindGateway(t *testing.T, s *seed) (mid, far *netwatchtest.NetNS, res
 			t.Fatal(err)
 		}
 	}
-	// The peer's responder, as its agent would serve it.
+	return mid, far, serveResponder(t, far)
+}
+
+// serveResponder serves ns's probe responder for 10.0.0.5 until the test
+// ends, as the peer's agent would.
+func serveResponder(t *testing.T, ns *netwatchtest.NetNS) *pathprobe.Responder {
+	t.Helper()
 	var c *net.UDPConn
-	if err := far.Do(func() (err error) {
+	if err := ns.Do(func() (err error) {
 		c, err = net.ListenUDP("udp", &net.UDPAddr{Port: pathprobe.DefaultPort})
 		return err
 	}); err != nil {
@@ -105,10 +111,10 @@ func holeBehindGateway(t *testing.T, s *seed) (mid, far *netwatchtest.NetNS, res
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan struct{})
-	resp = &pathprobe.Responder{Allow: func(a netip.Addr) bool { return a == netip.MustParseAddr("10.0.0.5") }}
+	resp := &pathprobe.Responder{Allow: func(a netip.Addr) bool { return a == netip.MustParseAddr("10.0.0.5") }}
 	go func() { defer close(served); resp.ServeConn(ctx, c) }()
 	t.Cleanup(func() { cancel(); <-served })
-	return mid, far, resp
+	return resp
 }
 
 // listenIn listens on TCP 10.0.0.9:5001 in ns and discards what it reads.
