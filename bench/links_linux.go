@@ -41,7 +41,7 @@ func linkCost(self string, t *topo, n, total int) (linkResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), childTimeout)
 	defer cancel()
 	ip := func(args ...string) error {
-		if out, err := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + t.node.path, "ip"}, args...)...).CombinedOutput(); err != nil {
+		if out, err := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + t.node.Path(), "ip"}, args...)...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %v: %v: %s", args, err, out)
 		}
 		return nil

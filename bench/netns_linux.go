@@ -9,99 +9,28 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
-	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/marksplit/marksplit/internal/nstest"
 )
 
-// netNS is a fresh anonymous network namespace, held by a goroutine
-// locked to an OS thread that lives in it. Children enter it with
-// nsenter --net=Path(); it goes away with Close or with the process.
-type netNS struct {
-	fd   int
-	path string
-	work chan func()
-	done chan struct{}
-}
+// netNS is a fresh anonymous network namespace (nstest's, which the test
+// kit's NetNS also holds). Children enter it with nsenter --net=Path(); it
+// goes away with Close or with the process.
+type netNS struct{ *nstest.NS }
 
 func newNetNS() (*netNS, error) {
-	ns := &netNS{work: make(chan func()), done: make(chan struct{})}
-	errc := make(chan error, 1)
-	goLocked(func() {
-		defer close(ns.done)
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("unshare(CLONE_NEWNET): %w", err)
-			return
-		}
-		tid := unix.Gettid()
-		fd, err := unix.Open("/proc/self/task/"+strconv.Itoa(tid)+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- fmt.Errorf("open network namespace handle: %w", err)
-			return
-		}
-		ns.fd = fd
-		ns.path = "/proc/" + strconv.Itoa(os.Getpid()) + "/task/" + strconv.Itoa(tid) + "/ns/net"
-		errc <- nil
-		for fn := range ns.work {
-			fn()
-		}
-	})
-	if err := <-errc; err != nil {
-		<-ns.done
+	ns, err := nstest.New()
+	if err != nil {
 		return nil, err
 	}
-	return ns, nil
-}
-
-// goLocked runs fn on a new goroutine locked to an OS thread other than
-// the main one; the thread is never unlocked, so it ends with fn and takes
-// the namespace it unshared with it.
-func goLocked(fn func()) { go runLocked(fn, nil) }
-
-func runLocked(fn func(), locked chan<- struct{}) {
-	runtime.LockOSThread()
-	if locked != nil {
-		close(locked)
-	}
-	if unix.Gettid() == unix.Getpid() {
-		next := make(chan struct{})
-		go runLocked(fn, next)
-		<-next
-		runtime.UnlockOSThread()
-		return
-	}
-	fn()
-}
-
-// Close releases the namespace: its thread exits and the handle is closed.
-func (ns *netNS) Close() {
-	close(ns.work)
-	<-ns.done
-	unix.Close(ns.fd)
-}
-
-// Path names the namespace for nsenter --net=PATH.
-func (ns *netNS) Path() string { return ns.path }
-
-// Do runs fn on the thread that lives in the namespace: sockets it opens
-// belong to the namespace and may be used from any goroutine afterwards.
-func (ns *netNS) Do(fn func() error) error {
-	var err error
-	ran := make(chan struct{})
-	ns.work <- func() {
-		defer close(ran)
-		err = fn()
-	}
-	<-ran
-	return err
+	return &netNS{ns}, nil
 }
 
 // command returns name with args to be run inside the namespace; it is
 // killed when ctx ends.
 func (ns *netNS) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + ns.path, name}, args...)...)
+	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + ns.Path(), name}, args...)...)
 }
 
 // ip runs ip(8) in the namespace.
@@ -116,22 +45,7 @@ func (ns *netNS) ip(args ...string) error {
 }
 
 // kernelUnavailable says why namespaces cannot be made here, or "".
-func kernelUnavailable() string {
-	if os.Geteuid() != 0 {
-		return "not running as root"
-	}
-	for _, bin := range []string{"ip", "nsenter"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			return bin + " not found in PATH"
-		}
-	}
-	ns, err := newNetNS()
-	if err != nil {
-		return err.Error()
-	}
-	ns.Close()
-	return ""
-}
+func kernelUnavailable() string { return nstest.Unavailable() }
 
 // topo is the seed topology of the agent's end-to-end tests: a node
 // namespace with enp7s0 (veth, MTU 1450, 10.0.0.5/16, no prefix route) to

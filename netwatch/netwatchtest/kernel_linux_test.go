@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/marksplit/marksplit/internal/nstest"
 	"github.com/marksplit/marksplit/netwatch"
-	"github.com/marksplit/marksplit/netwatch/internal/nstest"
 )
 
 // fakeAndReal builds the same host in the fake kernel and, where namespaces

@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/marksplit/marksplit/internal/nstest"
 	"github.com/marksplit/marksplit/netwatch"
-	"github.com/marksplit/marksplit/netwatch/internal/nstest"
 	"golang.org/x/sys/unix"
 )
 

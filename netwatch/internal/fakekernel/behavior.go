@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/jsimonetti/rtnetlink/v2"
-	"github.com/marksplit/marksplit/netwatch/internal/nstest"
+	"github.com/marksplit/marksplit/internal/nstest"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )

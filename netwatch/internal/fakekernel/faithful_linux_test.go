@@ -4,7 +4,7 @@ package fakekernel
 
 import (
 	"fmt"
-	"github.com/marksplit/marksplit/netwatch/internal/nstest"
+	"github.com/marksplit/marksplit/internal/nstest"
 	"iter"
 	"testing"
 	"time"

@@ -5,7 +5,7 @@ package fakekernel
 import (
 	"errors"
 	"fmt"
-	"github.com/marksplit/marksplit/netwatch/internal/nstest"
+	"github.com/marksplit/marksplit/internal/nstest"
 	"net"
 	"net/netip"
 	"os"

@@ -3,7 +3,8 @@
 // Package nstest makes fresh network namespaces for tests: the core of
 // netwatchtest.NetNS, here so that the fake kernel's own tests (which
 // compare it with the real one) can use it without importing the kit that
-// wraps the fake kernel.
+// wraps the fake kernel, and the bench command, which has no testing.TB,
+// without a copy of its own.
 package nstest
 
 import (
