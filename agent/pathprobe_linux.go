@@ -185,17 +185,16 @@ type mainPath struct {
 // mainPathTo returns the path the main table sends a on: its first
 // unicast covering route; false when none covers a.
 func mainPathTo(v netwatch.View, a netip.Addr) (mainPath, bool) {
-	for _, r := range v.Covering(netwatch.TableMain, a) {
-		if r.Type != netwatch.RouteUnicast {
-			return mainPath{}, false
-		}
-		mp := mainPath{gateway: r.Gateway, index: r.Index, nhid: r.NHID}
-		for _, nh := range r.NextHops {
-			mp.gateways = mp.gateways || nh.Gateway.IsValid()
-		}
-		return mp, true
+	rs := v.Covering(netwatch.TableMain, a)
+	if len(rs) == 0 || rs[0].Type != netwatch.RouteUnicast {
+		return mainPath{}, false
 	}
-	return mainPath{}, false
+	r := rs[0]
+	mp := mainPath{gateway: r.Gateway, index: r.Index, nhid: r.NHID}
+	for _, nh := range r.NextHops {
+		mp.gateways = mp.gateways || nh.Gateway.IsValid()
+	}
+	return mp, true
 }
 
 // leavesLink reports whether the path goes through a router, where a path

@@ -242,6 +242,15 @@ func (s *Store) Peer(peer netip.Addr) Peer {
 	return s.peer(peer, v)
 }
 
+// Judge returns what v would make of peer's route at the current tunnel
+// MTU (its inner MTU and state), whether or not v is peer's value: a
+// caller compares a change's From and To with it.
+func (s *Store) Judge(peer netip.Addr, v Value) Peer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peer(peer.Unmap(), v)
+}
+
 // Peers returns every peer's value, in no order.
 func (s *Store) Peers() []Peer {
 	s.mu.Lock()

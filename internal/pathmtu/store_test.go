@@ -189,3 +189,25 @@ func TestParseDeclared(t *testing.T) {
 		t.Error("a prefix declared twice was taken")
 	}
 }
+
+// Judge says what any value would make of a peer's route at the current
+// tunnel MTU, whether or not it is the peer's.
+func TestStoreJudge(t *testing.T) {
+	s := pathmtu.NewStore(nil)
+	s.SetTunnelMTU(1355)
+	for _, tt := range []struct {
+		peer  netip.Addr
+		v     pathmtu.Value
+		inner int
+		state pathmtu.State
+	}{
+		{peer4, pathmtu.Value{}, 0, pathmtu.StateUnknown},
+		{peer4, pathmtu.Value{Path: 1415, Source: pathmtu.SourceProbed}, 1355, pathmtu.StateFull},
+		{peer4, pathmtu.Value{Path: 1368, Source: pathmtu.SourceLearned}, 1296, pathmtu.StateReduced},
+		{peer6, pathmtu.Value{Path: 1296, Source: pathmtu.SourceLearned}, 1216, pathmtu.StateBelowMinimum},
+	} {
+		if p := s.Judge(tt.peer, tt.v); p.Inner != tt.inner || p.State != tt.state {
+			t.Errorf("Judge(%v, %d %v) = inner %d %v, want %d %v", tt.peer, tt.v.Path, tt.v.Source, p.Inner, p.State, tt.inner, tt.state)
+		}
+	}
+}
