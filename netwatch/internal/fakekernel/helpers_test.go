@@ -3,6 +3,7 @@
 package fakekernel
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"github.com/marksplit/marksplit/internal/nstest"
@@ -123,25 +124,16 @@ func describe(m netlink.Message, self uint32, event bool) (string, bool) {
 // describeMetrics lists the RTA_METRICS of a route message, each as
 // RTAX type=value (a string for RTAX_CC_ALGO) in the order sent.
 func describeMetrics(data []byte) string {
-	ad, err := netlink.NewAttributeDecoder(data[unix.SizeofRtMsg:])
-	if err != nil {
-		return err.Error()
+	mx, ok := requestMetrics(data[unix.SizeofRtMsg:])
+	if !ok {
+		return "undecodable"
 	}
 	var out []string
-	for ad.Next() {
-		if ad.Type() != unix.RTA_METRICS {
-			continue
-		}
-		nad, err := netlink.NewAttributeDecoder(ad.Bytes())
-		if err != nil {
-			return err.Error()
-		}
-		for nad.Next() {
-			if nad.Type() == unix.RTAX_CC_ALGO {
-				out = append(out, fmt.Sprintf("%d=%q", nad.Type(), nad.String()))
-			} else {
-				out = append(out, fmt.Sprintf("%d=%d", nad.Type(), nad.Uint32()))
-			}
+	for _, a := range mx {
+		if name, _ := congCtl(a.val); a.typ == unix.RTAX_CC_ALGO {
+			out = append(out, fmt.Sprintf("%d=%q", a.typ, name))
+		} else {
+			out = append(out, fmt.Sprintf("%d=%d", a.typ, binary.NativeEndian.Uint32(a.val)))
 		}
 	}
 	return strings.Join(out, " ")
