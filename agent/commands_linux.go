@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/marksplit/marksplit/internal/ciliumnode"
-	"github.com/marksplit/marksplit/internal/lock"
 	"github.com/marksplit/marksplit/internal/metricsserver"
 	"github.com/marksplit/marksplit/internal/pathmtu"
 	"github.com/marksplit/marksplit/internal/textsafe"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/program"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
@@ -150,7 +150,7 @@ func newWatcher(o options, log *slog.Logger) *netwatch.Watcher {
 
 // runAgent is `marksplit run`.
 func runAgent(ctx context.Context, o options, log *slog.Logger) error {
-	lk, err := lock.Claim(uint32(o.policy.Table), o.policy.Priority)
+	lk, err := program.Claim(nil, "marksplit", reconcile.OwnTable(o.policy.Table), reconcile.OwnPriority(o.policy.Priority))
 	if err != nil {
 		return err
 	}
@@ -353,8 +353,8 @@ func (s *oneShot) stop() {
 // runOnce is `marksplit once` and `marksplit cleanup`: passes until one
 // finds nothing to do, each change printed.
 func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog.Logger) error {
-	lk, err := lock.Claim(uint32(o.policy.Table), o.policy.Priority)
-	var held *lock.HeldError
+	lk, err := program.Claim(nil, "marksplit", reconcile.OwnTable(o.policy.Table), reconcile.OwnPriority(o.policy.Priority))
+	var held *program.HeldError
 	switch {
 	case err == nil:
 		defer lk.Release()
@@ -395,7 +395,7 @@ func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog
 // back at once (and take the cleanup for a fight). It changes nothing and
 // succeeds when the agent has already removed everything (the uninstall
 // switch is on, or it runs with --encryption=off), and is refused otherwise.
-func cleanupBesideAgent(ctx context.Context, o options, stderr io.Writer, held *lock.HeldError, log *slog.Logger) error {
+func cleanupBesideAgent(ctx context.Context, o options, stderr io.Writer, held *program.HeldError, log *slog.Logger) error {
 	s, err := startOneShot(ctx, o, nil, func(string) {}, log)
 	if err != nil {
 		return err

@@ -67,7 +67,7 @@
 // /proc/net/snmp. One run (or once, or cleanup) per table and per priority
 // in a namespace: each claims an abstract unix socket of its own, and a
 // privileged one already there for the same table or priority keeps them
-// (internal/lock); cleanup beside a running agent removes nothing.
+// (program.Claim); cleanup beside a running agent removes nothing.
 //
 // # Debugging
 //

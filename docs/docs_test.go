@@ -21,7 +21,7 @@ import (
 var packageDirs = []string{
 	"../netwatch", "../netwatch/reconcile", "../netwatch/program", "../netwatch/netwatchtest", "../mtupolicy", "../agent",
 	"../examples/uplinkpin", "../examples/vpnbypass", "../examples/watch",
-	"../internal/lock", "../internal/metricsserver", "../netwatch/internal/rtnl",
+	"../internal/metricsserver", "../netwatch/internal/rtnl",
 }
 
 // The Markdown checked.

@@ -97,6 +97,17 @@ func (p *Program) serve(ctx context.Context, policy func(netwatch.View) (reconci
 		}
 		defer ns.Close() // after the watcher and the applier, which use it
 	}
+	if p.cmd != cmdPlan {
+		// One owner of the table and the priority in the namespace.
+		lk, err := Claim(ns, p.Name, p.Table, p.Priority)
+		if err != nil {
+			return err
+		}
+		defer lk.Release()
+		if w := lk.Warning(); w != "" {
+			log.Warn(w)
+		}
+	}
 	opts := netwatch.Options{RouteTables: p.Cache, Logger: wlog, NetNS: ns}
 	if p.Table != 0 {
 		opts.RouteTables = append([]netwatch.Table{netwatch.Table(p.Table)}, p.Cache...)

@@ -1,6 +1,6 @@
 //go:build linux
 
-package lock
+package program
 
 import (
 	"bufio"
@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // The test binary, re-executed with one of these variables, is a process
@@ -43,7 +45,7 @@ func hold(v string) int {
 	ts, ps, _ := strings.Cut(v, ",")
 	t, _ := strconv.ParseUint(ts, 10, 32)
 	p, _ := strconv.ParseUint(ps, 10, 32)
-	l, err := Claim(uint32(t), uint32(p))
+	l, err := Claim(nil, "marksplit", reconcile.OwnTable(t), reconcile.OwnPriority(p))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -134,7 +136,7 @@ func TestHeldByStopped(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	l, err := Claim(table, prio)
+	l, err := Claim(nil, "marksplit", table, prio)
 	if err == nil {
 		l.Release()
 		t.Fatal("claimed beside a stopped holder")
@@ -172,9 +174,9 @@ func TestIgnoredWarningBounded(t *testing.T) {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Max < n+100 {
 		t.Fatalf("RLIMIT_NOFILE %+v, %v: the child needs %d descriptors", lim, err, n+100)
 	}
-	prefix := fmt.Sprintf("@marksplit/agent/table=%d/priority=%d/", table, prio)
+	prefix := fmt.Sprintf("@netwatch/owner/table=%d/priority=%d/", table, prio)
 	startChild(t, fmt.Sprintf("%s=%s,%d", squatEnv, prefix, n), &syscall.Credential{Uid: 65534, Gid: 65534})
-	l, err := Claim(table, prio)
+	l, err := Claim(nil, "marksplit", table, prio)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package lock
+package program
 
 import (
 	"fmt"
@@ -19,6 +19,8 @@ func TestParseLockName(t *testing.T) {
 		{"@marksplit/table/900", 900, 0, false, true},
 		{"@marksplit/agent/table=x/priority=901/00ff", 0, 901, true, false},
 		{"@marksplit/other", 0, 0, false, false},
+		{"@netwatch/owner/table=900/priority=901/00ff", 900, 901, true, true},
+		{"@netwatch/other/table=900/priority=901/00ff", 0, 0, false, false},
 	} {
 		table, prio, hasPrio, ok := parseLockName(tc.name)
 		if table != tc.table || prio != tc.prio || hasPrio != tc.hasPrio || ok != tc.ok {
@@ -30,7 +32,7 @@ func TestParseLockName(t *testing.T) {
 // Both ways of listing the lock sockets find one, the kernel's socket
 // diagnostics with its owner.
 func TestListLockSockets(t *testing.T) {
-	name := fmt.Sprintf("@marksplit/agent/table=4000000000/priority=4000000000/test%d", os.Getpid())
+	name := fmt.Sprintf("@netwatch/owner/table=4000000000/priority=4000000000/test%d", os.Getpid())
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
