@@ -76,6 +76,7 @@ type config struct {
 	passHogs     int
 	baseRev      string
 	only         []string
+	rows         string // -rows: "all", or "probe" alone
 }
 
 func run() int {
@@ -103,6 +104,7 @@ func run() int {
 	fs.BoolVar(&cfg.skipPasses, "skip-passes", false, "leave out the agent's big passes")
 	fs.IntVar(&cfg.passHogs, "pass-hogs", 2, "CPU hogs (spinning loops) running beside the big passes, as a busy node has")
 	fs.StringVar(&cfg.baseRev, "base-rev", "a29e597", "the commit whose agent the big passes are compared with (built from a git worktree of -repo)")
+	fs.StringVar(&cfg.rows, "rows", "all", "the rows to measure: all, or probe (the path-MTU probing row alone, its table written to -out)")
 	var only string
 	fs.StringVar(&only, "only", "", "comma-separated contenders to measure (default: all), for debugging")
 	fs.StringVar(&cfg.child, "child", "", "internal: run one measurement (sync or churn) and print it as JSON")
@@ -180,7 +182,16 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "bench: cannot run: %s\n", reason)
 		return 1
 	}
-	rep, err := measure(&cfg)
+	measureRows, write := measure, (*report).write
+	switch cfg.rows {
+	case "all":
+	case "probe":
+		measureRows, write = probeOnly, (*report).writeProbe
+	default:
+		fmt.Fprintf(os.Stderr, "bench: -rows %q: want all or probe\n", cfg.rows)
+		return 2
+	}
+	rep, err := measureRows(&cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		return 1
@@ -195,7 +206,7 @@ func run() int {
 		defer f.Close()
 		w = f
 	}
-	if err := rep.write(w); err != nil {
+	if err := write(rep, w); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		return 1
 	}
@@ -330,6 +341,11 @@ func measure(cfg *config) (*report, error) {
 			return nil, err
 		}
 		rep.Passes, rep.BaseRev, rep.PassHogs = ps, cfg.baseRev, cfg.passHogs
+	}
+	rep.Loads = append(rep.Loads, loadAvg1())
+	logf("path-MTU probing: 5,000 peers, with and without --path-mtu-probe")
+	if rep.Probe, err = probeSection(cfg.repo); err != nil {
+		return nil, err
 	}
 	rep.Loads = append(rep.Loads, loadAvg1())
 	rep.Took = time.Since(begin)

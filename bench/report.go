@@ -114,7 +114,9 @@ type report struct {
 	Links   []linkResult
 	Repair  []repairResult
 	// Passes are the agent's big passes, against BaseRev's agent.
-	Passes  []passResult
+	Passes []passResult
+	// Probe is the path-MTU probing row: the reference, then probing.
+	Probe   []probeResult
 	BaseRev string
 	// PassHogs is how many CPU hogs ran beside the passes, PassLoad the
 	// 1-minute load average at their end.
@@ -488,6 +490,7 @@ func (rep *report) write(w io.Writer) error {
 	rep.linkTable(&b)
 	rep.repairTable(&b)
 	rep.passTable(&b)
+	rep.probeTable(&b)
 	if err := movesTmpl.Execute(&b, data); err != nil {
 		return err
 	}
