@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
-	"github.com/marksplit/marksplit/internal/textsafe"
 	"github.com/marksplit/marksplit/netwatch"
 )
 
@@ -39,8 +42,35 @@ func textLine(ev netwatch.Event, event bool, names map[uint32]string) string {
 	if event {
 		s = verb(ev) + " " + s + " (" + ev.Origin.String() + ")"
 	}
-	// A link or program name the kernel accepts must not move the
-	// cursor, ring the bell or retitle the window.
-	return textsafe.Terminal(s)
+	return terminalSafe(s)
 }
 
+// terminalSafe returns s with every character a terminal would act on
+// written as a Go escape: C0 and C1 controls (ESC as \x1b, BEL as \a),
+// DEL, other non-printable runes (\u200b) and bytes that are not UTF-8
+// (\xff); a backslash is doubled, so that the escapes are unambiguous. A
+// link or program name the kernel accepts can thus not move the cursor,
+// ring the bell or retitle the window; ordinary text is unchanged. (JSON
+// lines escape control characters already.)
+func terminalSafe(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r == '\\' || r == utf8.RuneError || !unicode.IsPrint(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case unicode.IsPrint(r):
+			b.WriteString(s[i : i+n])
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += n
+	}
+	return b.String()
+}
