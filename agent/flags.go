@@ -16,6 +16,7 @@ import (
 	"github.com/marksplit/marksplit/internal/pathmtu"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/program"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
@@ -139,8 +140,7 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 		case "help":
 			fmt.Fprint(help, usageText)
 			fs := newFlagSet(&options{cmd: cmdVerify, policy: mtupolicy.DefaultConfig()}, getenv)
-			fs.SetOutput(help)
-			fs.PrintDefaults()
+			program.PrintFlags(help, fs)
 			return o, flag.ErrHelp
 		default:
 			return o, usageErrorf("unknown command %q (want run, once, plan, cleanup or verify)", o.cmd)
@@ -151,11 +151,10 @@ func parseArgs(args []string, getenv func(string) string, help io.Writer) (optio
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(help, usageText)
-			fs.SetOutput(help)
-			fs.PrintDefaults()
+			program.PrintFlags(help, fs)
 			return o, err
 		}
-		return o, usageErrorf("%s", err)
+		return o, usageErrorf("%s", program.FlagError(err))
 	}
 	if fs.NArg() > 0 {
 		if a := fs.Arg(0); !strings.HasPrefix(a, "-") && isCommand(a) {
@@ -257,8 +256,9 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	p := &o.policy
 	fs.Var((*reconcile.LinkName)(&p.TunnelLink), "tunnel-link", "the encrypting `link`; its live MTU is the MTU of the table's routes")
 	fs.Var(markValue{&p.Mark, &p.Mask}, "mark", "`mark/mask` that the rule inverts (not fwmark); the mask is required, both non-zero, the mark inside the mask")
-	fs.Var((*reconcile.OwnTable)(&p.Table), "table", "routing `table` owned by the agent: 1 to 4294967295, but not 252, 253, 254 or 255")
-	fs.Var((*reconcile.OwnPriority)(&p.Priority), "priority", "rule `priority` owned by the agent: 1 to 32765")
+	// --table, --priority and --protocol, with the help every program
+	// built on program.Program shows.
+	program.OwnerFlags(fs, "the agent", (*reconcile.OwnTable)(&p.Table), (*reconcile.OwnPriority)(&p.Priority), (*reconcile.OwnProtocol)(&p.Protocol))
 	fs.Var((*reconcile.Prefixes)(&p.Prefixes), "prefix", "`CIDR` (repeatable): split main-table routes equal to or inside it")
 	fs.Var((*reconcile.LinkName)(&p.UnderlayLink), "underlay-link", "split main-table routes out of this `link` (never the default route)")
 	fs.Var(peersValue{&p.Peers}, "peers", "`auto`: give exactly the encrypting peer nodes (from every CiliumNode) the tunnel MTU, per InternalIP, through the main table's path to each; needs the API (empty: not set)")
@@ -267,7 +267,6 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.ciliumNamespace, "cilium-namespace", defaultCiliumNamespace, "`namespace` of Cilium's cilium-config, read with --encryption=auto")
 	fs.StringVar(&o.ciliumConfigMap, "cilium-configmap", defaultCiliumConfigMap, "`name` of Cilium's ConfigMap whose encrypt-node says whether node encryption is on, read with --encryption=auto")
 	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"), "this node's CiliumNode: read with --encryption=auto, not a peer with --peers=auto (default $NODE_NAME)")
-	fs.Var((*reconcile.OwnProtocol)(&p.Protocol), "protocol", "rtm_protocol / FRA_PROTOCOL `value` stamped on what the agent installs: 2 (kernel) or 4 to 255, or an iproute2 name")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "`address` for Prometheus /metrics, /healthz and /readyz with run, over plain HTTP to anyone; empty disables")
 	fs.StringVar(&o.secureMetricsAddr, "secure-metrics-addr", "", "`address` (such as :9185) for /metrics over HTTPS with run, to the bearer tokens the Kubernetes API server allows get on /metrics; empty disables")
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "PEM certificate `file` for --secure-metrics-addr, read again when it changes (default: a self-signed one made at start)")

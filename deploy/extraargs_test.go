@@ -70,7 +70,7 @@ func agentHelpFlags(t *testing.T) []string {
 		t.Fatalf("marksplit help: %v", err)
 	}
 	var flags []string
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  --?([a-z][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
 		flags = append(flags, "--"+m[1])
 	}
 	if len(flags) < 20 {
