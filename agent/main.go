@@ -79,14 +79,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/marksplit/marksplit/netwatch/program"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -116,7 +115,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "marksplit", version)
 		return exitOK
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGINT or SIGTERM stops the agent; a second one, at once.
+	ctx, stop := program.SignalContext("marksplit")
 	defer stop()
 	return execute(ctx, o, stdout, stderr)
 }

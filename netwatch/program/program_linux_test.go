@@ -108,13 +108,12 @@ func TestBadCommandLine(t *testing.T) {
 // program to stop; the second ends the program at once, with status 1 and
 // one line.
 func TestSecondSignal(t *testing.T) {
-	p := &Program{Name: "p"}
 	sigs := make(chan os.Signal, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	exited := make(chan int, 1)
 	var out strings.Builder
-	go p.signals(sigs, cancel, &out, func(code int) { exited <- code })
+	go signals("p", sigs, make(chan struct{}), cancel, &out, func(code int) { exited <- code })
 	sigs <- syscall.SIGTERM
 	<-ctx.Done()
 	select {

@@ -10,20 +10,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
-)
-
-// Exit codes of Run.
-const (
-	exitOK      = 0
-	exitFailure = 1
-	exitUsage   = 2
 )
 
 // stallTimeout ends once and cleanup when they wait this long for the
@@ -35,21 +26,10 @@ const stallTimeout = time.Minute
 // first SIGINT or SIGTERM ends the program as Run's context ending does;
 // a second one ends it at once, with status 1 and one line.
 func (p *Program) Main(build func() (func(netwatch.View) (reconcile.Desired, bool), error)) {
-	ctx, cancel := context.WithCancel(context.Background())
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	go p.signals(sigs, cancel, os.Stderr, os.Exit)
-	os.Exit(p.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, build))
-}
-
-// signals cancels on the first signal from sigs, and on the second says
-// so on stderr and calls exit(1).
-func (p *Program) signals(sigs <-chan os.Signal, cancel context.CancelFunc, stderr io.Writer, exit func(int)) {
-	<-sigs
-	cancel()
-	s := <-sigs
-	fmt.Fprintf(stderr, "%s: %v again: exiting at once\n", p.Name, s)
-	exit(exitFailure)
+	ctx, stop := SignalContext(p.Name)
+	code := p.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, build)
+	stop()
+	os.Exit(code)
 }
 
 // Run is the whole program: it parses args (a subcommand, then flags),
