@@ -137,7 +137,7 @@ func (h *harness) log() string {
 // waitPass waits for a pass that satisfies ok.
 func (h *harness) waitPass(what string, ok func(reconcile.Pass) bool) reconcile.Pass {
 	h.t.Helper()
-	deadline := time.NewTimer(5 * time.Second)
+	deadline := time.NewTimer(hang) // only a hang reaches it
 	defer deadline.Stop()
 	for {
 		select {
@@ -146,7 +146,7 @@ func (h *harness) waitPass(what string, ok func(reconcile.Pass) bool) reconcile.
 				return p
 			}
 		case <-deadline.C:
-			h.t.Fatalf("no pass %s within 5s; lines %q; log:\n%s", what, h.takeLines(), h.log())
+			h.t.Fatalf("no pass %s within %v; lines %q; log:\n%s", what, hang, h.takeLines(), h.log())
 		}
 	}
 }

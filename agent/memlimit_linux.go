@@ -28,8 +28,9 @@ const memoryLimitShare = 0.625
 // last, not by all of it. A big pass's heap is mostly short-lived (each
 // chunk of a thousand changes is planned, described, applied and dropped),
 // so the default 100 lets that garbage double the peak: the first
-// --underlay-link pass over 100,000 routes peaked at 64–73 MiB of VmHWM
-// at 100 and 50–58 MiB at 50 with other work on both cores, for about 6%
+// --underlay-link pass over 100,000 routes peaked at 64–73 MiB
+// (the kernel's high-water mark of resident memory) at 100 and 50–58 MiB
+// at 50 with other work on both cores, for about 6%
 // more CPU (`make bench-compare`, "Big passes", which runs them beside CPU
 // hogs).
 const gcPercent = 50

@@ -25,6 +25,7 @@ import (
 var neverExtra = map[string]string{
 	"--version": "prints the version and exits 0: every pod would end at once, for ever",
 	"--peer":    "verify's alone: run refuses it",
+	"--json":    "verify's alone: run refuses it",
 	// The exec probes ask the default path; another one fails them all.
 	"--health-socket": "moves the health socket away from where the probes ask: every pod would be killed",
 	// The chart runs --peers=auto, which the mesh mode refuses beside it.

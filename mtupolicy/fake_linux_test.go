@@ -313,7 +313,7 @@ func TestFakeCase09StrayRules(t *testing.T) {
 // waitRules waits until the view holds n IPv4 rules at priority 900.
 func waitRules(t *testing.T, w *netwatch.Watcher, n int) {
 	t.Helper()
-	deadline := time.NewTimer(5 * time.Second)
+	deadline := time.NewTimer(2 * time.Minute)
 	defer deadline.Stop()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
@@ -397,7 +397,7 @@ func TestFakeCase11NotSynced(t *testing.T) {
 	cfg := mtupolicy.DefaultConfig()
 	cfg.Prefixes = []netip.Prefix{pfx("10.0.0.0/16")}
 	// Wait until the route listing has failed a few times.
-	deadline := time.NewTimer(5 * time.Second)
+	deadline := time.NewTimer(2 * time.Minute)
 	defer deadline.Stop()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()

@@ -63,7 +63,7 @@ func planNow(w *netwatch.Watcher, cfg mtupolicy.Config, mode mtupolicy.Mode) (op
 // settle polls until the watcher is synced and a plan is empty.
 func settle(t *testing.T, w *netwatch.Watcher, cfg mtupolicy.Config, mode mtupolicy.Mode) {
 	t.Helper()
-	deadline := time.NewTimer(5 * time.Second)
+	deadline := time.NewTimer(2 * time.Minute)
 	defer deadline.Stop()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
@@ -87,14 +87,14 @@ func settle(t *testing.T, w *netwatch.Watcher, cfg mtupolicy.Config, mode mtupol
 // waitSync polls until the watcher has synced.
 func waitSync(t *testing.T, w *netwatch.Watcher) {
 	t.Helper()
-	deadline := time.NewTimer(5 * time.Second)
+	deadline := time.NewTimer(2 * time.Minute)
 	defer deadline.Stop()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for !w.Stats().Synced {
 		select {
 		case <-deadline.C:
-			t.Fatalf("watcher not synced within 5 s; stats %+v", w.Stats())
+			t.Fatalf("watcher not synced within 2 min; stats %+v", w.Stats())
 		case <-tick.C:
 		}
 	}
@@ -225,7 +225,7 @@ const markerPriority, markerTable = 7777, 1000
 
 func waitMarker(t *testing.T, w *netwatch.Watcher, table uint32) {
 	t.Helper()
-	deadline := time.NewTimer(5 * time.Second)
+	deadline := time.NewTimer(2 * time.Minute)
 	defer deadline.Stop()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -636,7 +636,7 @@ func TestKernelCase12KernelFlags(t *testing.T) {
 // linkdown.
 func eventuallyLinkdown(t *testing.T, s *kseed) {
 	t.Helper()
-	deadline := time.NewTimer(5 * time.Second)
+	deadline := time.NewTimer(2 * time.Minute)
 	defer deadline.Stop()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()

@@ -271,7 +271,7 @@ func fakeStateOfView(v View) fakeState {
 // waitFake polls until the cache is synced and equals the fake kernel.
 func waitFake(t *testing.T, w *Watcher, k *fakekernel.Kernel, what string) {
 	t.Helper()
-	deadline := time.NewTimer(5 * time.Second)
+	deadline := time.NewTimer(2 * time.Minute)
 	defer deadline.Stop()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
@@ -295,7 +295,7 @@ func waitFake(t *testing.T, w *Watcher, k *fakekernel.Kernel, what string) {
 // waitStats polls until cond holds for the watcher's stats.
 func waitStats(t *testing.T, w *Watcher, what string, cond func(Stats) bool) Stats {
 	t.Helper()
-	deadline := time.NewTimer(5 * time.Second)
+	deadline := time.NewTimer(2 * time.Minute)
 	defer deadline.Stop()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()

@@ -59,14 +59,14 @@ func TestOpenNetNS(t *testing.T) {
 			}
 			done <- err
 		}()
-		timer := time.NewTimer(5 * time.Second)
+		timer := time.NewTimer(2 * time.Minute)
 		select {
 		case err := <-done:
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("OpenNetNS(%s): %v, want an error saying %q", path, err, want)
 			}
 		case <-timer.C:
-			t.Errorf("OpenNetNS(%s) still blocks after 5s; want an error saying %q at once", path, want)
+			t.Errorf("OpenNetNS(%s) still blocks after 2 min; want an error saying %q at once", path, want)
 			// Unblock the open (a writer ends a FIFO's wait for one).
 			if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
 				<-done

@@ -126,7 +126,7 @@ func runScale(tb testing.TB, sc scaleConfig) scaleResult {
 	// await returns the first report for which cond holds.
 	await := func(what string, cond func(Peers) bool) report {
 		tb.Helper()
-		deadline := time.After(30 * time.Second)
+		deadline := time.After(2 * time.Minute)
 		for {
 			select {
 			case r := <-reports:
@@ -134,7 +134,7 @@ func runScale(tb testing.TB, sc scaleConfig) scaleResult {
 					return r
 				}
 			case <-deadline:
-				tb.Fatalf("%s: no report within 30 s", what)
+				tb.Fatalf("%s: no report within 2 min", what)
 			}
 		}
 	}

@@ -66,7 +66,8 @@ func (f *Fighter) Stop() {
 
 // CheckFight has a Fighter run command (deleting an object a program made,
 // such as "rule del pref 910") against the program whose log is logs for
-// d, and checks what netwatch's Reconciler promises: the program repairs
+// d, and longer until the program has warned (a busy machine gives both
+// few turns), and checks what netwatch's Reconciler promises: the program repairs
 // at a bounded rate (at most its burst of 20 and then ten a second, with
 // room for the scheduler: repairLine appears no more often than that), it
 // warns one to three times, naming the fighter as ip[PID], and once the
@@ -76,8 +77,11 @@ func (ns *NetNS) CheckFight(t testing.TB, logs fmt.Stringer, command, repairLine
 	before := strings.Count(logs.String(), repairLine)
 	warnsBefore := strings.Count(logs.String(), "fight: ")
 	f := ns.StartFighter(t, command)
-	time.Sleep(d) // the length of the fight, not a wait for a condition
+	start := time.Now()
+	time.Sleep(d) // the least length of the fight, not a wait for a condition
+	Poll(func() bool { return strings.Count(logs.String(), "fight: ") > warnsBefore })
 	f.Stop()
+	d = time.Since(start) // the fight's length, for the rate bound
 	if !Poll(restored) {
 		t.Fatalf("the object did not come back after the fight:\n%s", logs)
 	}
