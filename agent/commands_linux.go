@@ -31,8 +31,11 @@ const (
 	// convergeTimeout bounds how long once or cleanup goes without a
 	// change: the wait for a pass to be planned, or for its next change.
 	// A pass over a full table takes seconds of changes (100,000 routes:
-	// 4 s, and more on a busy node), which no fixed bound would fit.
-	convergeTimeout = 5 * time.Second
+	// 4 s, and more on a busy node), which no fixed bound would fit; and a
+	// slow node may take seconds between two chunks of it (5 s was reached
+	// in a loaded 6.1 guest). A minute, as netwatch/program's once: only a
+	// hang reaches it.
+	convergeTimeout = time.Minute
 	// stopTimeout bounds the shutdown after SIGTERM: the process exits
 	// within 5 s even if something hangs.
 	stopTimeout = 3 * time.Second
