@@ -23,18 +23,7 @@ import (
 // value, its source and its age.
 func TestKernelPathMTULearned(t *testing.T) {
 	s, api := newPeerSeed(t)
-	// 10.0.0.9 sits behind the gateway, on a link of 1300 bytes.
-	far := kerneltest.NewNetNS(t)
-	far.LoUp(t)
-	s.gw.AddVeth(t, "r1", far, "p0")
-	s.gw.IP(t, "link", "set", "r1", "mtu", "1300", "up")
-	far.IP(t, "link", "set", "p0", "mtu", "1300", "up")
-	far.IP(t, "addr", "add", "10.0.0.9/32", "dev", "p0")
-	far.IP(t, "route", "add", "default", "dev", "p0")
-	s.gw.IP(t, "route", "add", "10.0.0.9/32", "dev", "r1")
-	if err := s.gw.Do(func() error { return writeProc("/proc/sys/net/ipv4/ip_forward", "1") }); err != nil {
-		t.Fatal(err)
-	}
+	smallHopBehindGateway(t, s)
 	a := s.startBinEnv(t, agentBinary(t), api.env, append(peerArgs, "--metrics-addr=")...)
 	eventually(t, 5*time.Second, "the peer split", func() error { return s.split(t, "10.0.0.9") })
 
@@ -58,6 +47,23 @@ func TestKernelPathMTULearned(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no log line for the learned value:\n%q", a.messages(t))
+	}
+}
+
+// smallHopBehindGateway puts the peer 10.0.0.9 behind s's gateway, on a
+// link of 1300 bytes whose gateway end says so with ICMP.
+func smallHopBehindGateway(t testing.TB, s *seed) {
+	t.Helper()
+	far := kerneltest.NewNetNS(t)
+	far.LoUp(t)
+	s.gw.AddVeth(t, "r1", far, "p0")
+	s.gw.IP(t, "link", "set", "r1", "mtu", "1300", "up")
+	far.IP(t, "link", "set", "p0", "mtu", "1300", "up")
+	far.IP(t, "addr", "add", "10.0.0.9/32", "dev", "p0")
+	far.IP(t, "route", "add", "default", "dev", "p0")
+	s.gw.IP(t, "route", "add", "10.0.0.9/32", "dev", "r1")
+	if err := s.gw.Do(func() error { return writeProc("/proc/sys/net/ipv4/ip_forward", "1") }); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -70,7 +70,7 @@ func TestKernelPathMTUProbedBlackHole(t *testing.T) {
 // (the hole: nothing sends ICMP; a test changes the path with m0's MTU),
 // and far's own link at 1450, so that far's MSS does not give the hole
 // away.
-func holeBehindGateway(t *testing.T, s *seed) (mid, far *netwatchtest.NetNS, resp *pathprobe.Responder) {
+func holeBehindGateway(t testing.TB, s *seed) (mid, far *netwatchtest.NetNS, resp *pathprobe.Responder) {
 	t.Helper()
 	mid, far = kerneltest.NewNetNS(t), kerneltest.NewNetNS(t)
 	mid.LoUp(t)
@@ -100,7 +100,7 @@ func holeBehindGateway(t *testing.T, s *seed) (mid, far *netwatchtest.NetNS, res
 
 // serveResponder serves ns's probe responder for 10.0.0.5 until the test
 // ends, as the peer's agent would.
-func serveResponder(t *testing.T, ns *netwatchtest.NetNS) *pathprobe.Responder {
+func serveResponder(t testing.TB, ns *netwatchtest.NetNS) *pathprobe.Responder {
 	t.Helper()
 	var c *net.UDPConn
 	if err := ns.Do(func() (err error) {

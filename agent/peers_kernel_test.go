@@ -74,7 +74,7 @@ var peerArgs = []string{"--peers=auto", "--encryption=auto", "--node-name=node-s
 // newPeerSeed is the seed with IPv6 on the node network (fd00::/64 on
 // link, no duplicate address detection) and an API serving the three
 // nodes.
-func newPeerSeed(t *testing.T) (*seed, *peerAPI) {
+func newPeerSeed(t testing.TB) (*seed, *peerAPI) {
 	t.Helper()
 	s := newSeed(t, true)
 	s.gw.IP(t, "-6", "addr", "add", "fd00::1/64", "dev", "gw0", "nodad")
