@@ -148,13 +148,9 @@ func (pr *prober) sync(v netwatch.View, peers []netip.Addr, tunnel int) {
 // mainChanged reports whether the main table may have changed since the
 // last sync (always on the first, and when v cannot tell).
 func (pr *prober) mainChanged(v netwatch.View) bool {
-	mark := v.Mark()
-	defer func() { pr.mark = mark }()
-	if pr.paths == nil || v.Changed() == nil || !v.Synced() {
-		return true
-	}
-	changes, complete := v.Changes(pr.mark)
-	if !complete {
+	changes, next, complete := v.Changes(pr.mark)
+	pr.mark = next
+	if pr.paths == nil || v.Changed() == nil || !v.Synced() || !complete {
 		return true
 	}
 	for ev := range changes {

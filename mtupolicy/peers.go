@@ -217,24 +217,40 @@ func (c Config) peerPath(v netwatch.View, r netwatch.Route, tun netwatch.Link) (
 // view's addresses sorted out once, and prefSrc's answer once per path.
 type sources struct {
 	v      netwatch.View
+	f      netwatch.Family
 	local  map[netip.Addr]bool        // this host's addresses
-	byLink map[uint32][]netwatch.Addr // the primary global addresses, by link, lowest first
+	byLink map[uint32][]netwatch.Addr // primary's answers, by link
 	memo   map[netwatch.RouteKey]netip.Addr
 }
 
 func newSources(v netwatch.View, f netwatch.Family) *sources {
-	s := &sources{v: v, local: make(map[netip.Addr]bool), byLink: make(map[uint32][]netwatch.Addr), memo: make(map[netwatch.RouteKey]netip.Addr)}
+	s := &sources{v: v, f: f, local: make(map[netip.Addr]bool), byLink: make(map[uint32][]netwatch.Addr), memo: make(map[netwatch.RouteKey]netip.Addr)}
 	for a := range v.Addrs(0) {
 		ip := a.Prefix.Addr().Unmap()
 		if netwatch.FamilyOf(ip) != f {
 			continue
 		}
 		s.local[ip] = true
-		if a.Usable() && a.Flags&netwatch.AddrSecondary == 0 && a.Scope == netwatch.ScopeUniverse && !ip.IsLinkLocalUnicast() {
-			s.byLink[a.Index] = append(s.byLink[a.Index], a)
-		}
 	}
 	return s
+}
+
+// primary returns the primary global addresses of link index that a
+// connection may use as its source, lowest first: those SourceAddrs lists
+// first.
+func (s *sources) primary(index uint32) []netwatch.Addr {
+	as, ok := s.byLink[index]
+	if ok {
+		return as
+	}
+	for _, a := range s.v.SourceAddrs(index, s.f) {
+		if a.Flags&netwatch.AddrSecondary != 0 || a.Scope != netwatch.ScopeUniverse || a.Prefix.Addr().IsLinkLocalUnicast() {
+			break // the global primary ones come first
+		}
+		as = append(as, a)
+	}
+	s.byLink[index] = as
+	return as
 }
 
 // of is the source address of the host route to a through path: its
@@ -246,7 +262,7 @@ func (s *sources) of(path netwatch.Route, a netip.Addr) netip.Addr {
 	if path.PrefSrc.IsValid() {
 		return path.PrefSrc
 	}
-	for _, ad := range s.byLink[path.Index] {
+	for _, ad := range s.primary(path.Index) {
 		if ad.Prefix.Masked().Contains(a) {
 			return ad.Prefix.Addr().Unmap()
 		}
@@ -357,12 +373,11 @@ func (c *PeerCache) DesiredPeers(v netwatch.View, cfg Config, mode Mode, peers [
 // follow drops the index of each family whose main table changed since
 // the last view c saw.
 func (c *PeerCache) follow(v netwatch.View) {
-	mark := v.Mark()
-	defer func() { c.mark = mark }()
+	changes, next, complete := v.Changes(c.mark)
+	c.mark = next
 	if c.tables == ([2]*mainTable{}) {
 		return // nothing kept to drop
 	}
-	changes, complete := v.Changes(c.mark)
 	if v.Changed() == nil || !complete || !v.Synced() {
 		// A Snapshot's view (it has no journal), or one that cannot tell.
 		c.tables = [2]*mainTable{}

@@ -163,9 +163,14 @@ func TableMTU(tun, out netwatch.Link) uint32 {
 // changes later. The lowered MTU's lock goes with it.
 func repair(r netwatch.Route) netwatch.Route {
 	r.MTU = 0
-	r.Metrics.Locks &^= netwatch.LockMTU
+	r.Metrics.Locks &^= lockMTU
 	return r.Clean()
 }
+
+// lockMTU is the MTU's bit in netwatch.Metrics.Locks: 1<<RTAX_MTU
+// (golang.org/x/sys/unix names RTAX_MTU on Linux only, and the policy
+// builds everywhere).
+const lockMTU = 1 << 2
 
 // rule is the rule for family f exactly as the kernel reports it back:
 // FRA_SUPPRESS_PREFIXLEN comes back as -1, which is unset.
@@ -353,7 +358,7 @@ func unencrypted(dst netip.Prefix) bool {
 // own prefsrc, else the output link's primary address of r's family inside
 // r's destination, else the one whose subnet holds the gateway, else the
 // first global one, in View.SourceAddrs's order; none (the kernel chooses)
-// when the link has no usable address (netwatch.Addr.Usable).
+// when the link has no usable address (none not tentative, failed or deprecated).
 func prefSrc(v netwatch.View, r netwatch.Route) netip.Addr {
 	return prefSrcOf(nil, v, r)
 }

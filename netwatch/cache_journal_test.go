@@ -57,8 +57,8 @@ func TestFindingsClaimed(t *testing.T) {
 	// view's Changes says it is not complete.
 	var mark uint64
 	w.Read(func(v View) {
-		mark = v.Mark()
-		if _, complete := v.Changes(0); complete {
+		var complete bool
+		if _, mark, complete = v.Changes(0); complete {
 			t.Error("Changes complete while findings are held")
 		}
 	})
@@ -81,7 +81,7 @@ func TestFindingsClaimed(t *testing.T) {
 		t.Errorf("findings left after settling")
 	}
 	w.Read(func(v View) {
-		changes, complete := v.Changes(mark)
+		changes, _, complete := v.Changes(mark)
 		if n := len(slices.Collect(changes)); !complete || n != 2 {
 			t.Errorf("Changes after settling: %d, complete %v; want the 2 findings, complete", n, complete)
 		}

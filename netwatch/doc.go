@@ -37,7 +37,7 @@
 // each in a documented order, RoutesWithin (the routes inside a prefix) and
 // Covering (the route a lookup in one table picks for an address). Link and
 // address flags are typed and tested as net.Interface's are (l.Flags&LinkUp !=
-// 0; LinkLowerUp, AddrTentative, and Addr.Usable). Options.RouteTables limits
+// 0; LinkLowerUp, AddrTentative). Options.RouteTables limits
 // the route cache to some tables; View.Cached says which, and reconcile.Plan
 // refuses to own or repair a table outside them.
 //

@@ -91,7 +91,7 @@ func TestKernelRouteAttributes(t *testing.T) {
 			"initcwnd 10 initrwnd 20 rtt 100ms rttvar 20ms quickack 1 congctl reno window 1000 ssthresh 30 cwnd 10 " +
 			"reordering 5 hoplimit 9 features ecn rto_min 5ms fastopen_no_cookie 1",
 		check: func(t *testing.T, r Route) {
-			want := Metrics{Locks: LockMTU | 1<<unix.RTAX_RTO_MIN, Window: 1000, RTT: 800, RTTVar: 80, SSThresh: 30, CWnd: 10,
+			want := Metrics{Locks: lockMTU | 1<<unix.RTAX_RTO_MIN, Window: 1000, RTT: 800, RTTVar: 80, SSThresh: 30, CWnd: 10,
 				AdvMSS: 1300, Reordering: 5, HopLimit: 9, InitCWnd: 10, Features: 1, RTOMin: 5, InitRWnd: 20, QuickAck: 1,
 				CongCtl: "reno", FastOpen: 1}
 			if diff := gocmp.Diff(want, r.Metrics); diff != "" || r.MTU != 1355 || r.Flow != 7 || r.Flags&RouteOnlink == 0 {
@@ -151,7 +151,7 @@ func TestKernelRouteAttributes(t *testing.T) {
 
 			// A repair: the explicit MTU (and its lock) off, the rest kept.
 			fix := r
-			fix.MTU, fix.Metrics.Locks = 0, r.Metrics.Locks&^LockMTU
+			fix.MTU, fix.Metrics.Locks = 0, r.Metrics.Locks&^lockMTU
 			if _, err := a.Apply([]Op{{Kind: RouteReplace, Route: fix, Repair: true}}); err != nil {
 				t.Fatal(err)
 			}

@@ -96,7 +96,7 @@ func richRoutes() []Route {
 	return []Route{{
 		Family: IPv4, Table: TableMain, Dst: pfx("10.1.0.0/16"), TOS: 0x10, Metric: 1002, Gateway: addr("10.0.0.1"), Index: 2,
 		PrefSrc: addr("10.0.0.5"), MTU: 1355, Protocol: ProtoDHCP, Type: RouteUnicast, Flags: RouteOnlink, Flow: 7,
-		Metrics: Metrics{Locks: LockMTU | 1<<13, Window: 1000, RTT: 800, RTTVar: 80, SSThresh: 30, CWnd: 10, AdvMSS: 1300,
+		Metrics: Metrics{Locks: lockMTU | 1<<13, Window: 1000, RTT: 800, RTTVar: 80, SSThresh: 30, CWnd: 10, AdvMSS: 1300,
 			Reordering: 5, HopLimit: 9, InitCWnd: 10, Features: 1, RTOMin: 5, InitRWnd: 20, QuickAck: 1, CongCtl: "reno",
 			FastOpen: 1, Attrs: Attrs(appendAttr(nil, 30, []byte{1, 0, 0, 0}))},
 		Attrs: Attrs(appendAttr(nil, unix.RTA_MARK, []byte{0, 0xe, 0, 0})),

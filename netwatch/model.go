@@ -242,10 +242,10 @@ type Addr struct {
 	Label  string
 }
 
-// Usable reports whether the address can be a new connection's source:
+// usable reports whether the address can be a new connection's source:
 // it is not tentative (still in duplicate address detection, unless
 // optimistic), has not failed DAD, and is not deprecated.
-func (a Addr) Usable() bool {
+func (a Addr) usable() bool {
 	if a.Flags&AddrTentative != 0 && a.Flags&addrOptimistic == 0 {
 		return false
 	}
@@ -314,7 +314,8 @@ type Route struct {
 // kernel's units, and the lock bits of all of them. The zero value is none.
 type Metrics struct {
 	// Locks are RTAX_LOCK: bit 1<<RTAX_x set locks metric x against path
-	// MTU discovery and TCP's updates ("mtu lock 1355" sets LockMTU).
+	// MTU discovery and TCP's updates ("mtu lock 1355" sets
+	// 1<<unix.RTAX_MTU).
 	Locks      uint32
 	Window     uint32 // RTAX_WINDOW
 	RTT        uint32 // RTAX_RTT, in 1/8 ms ("rtt 100ms" is 800)
@@ -335,8 +336,8 @@ type Metrics struct {
 	Attrs Attrs
 }
 
-// LockMTU is the lock bit of the MTU in Metrics.Locks (1<<RTAX_MTU).
-const LockMTU = 1 << 2
+// lockMTU is the lock bit of the MTU in Metrics.Locks (1<<RTAX_MTU).
+const lockMTU = 1 << 2
 
 // RoutePref is RTA_PREF, the preference an IPv6 router advertised
 // (RFC 4191): medium, the zero value, for every other route.
@@ -369,12 +370,14 @@ type Encap struct {
 }
 
 // Attrs are netlink attributes kept as the kernel sent them, type and
-// length headers included, in its order. A string, so that values holding
+// length headers included, in its order (netlink.NewAttributeDecoder reads
+// them). A string, so that values holding
 // them stay comparable and immutable; the zero value is none.
 type Attrs string
 
-// Each yields the attributes' types and values.
-func (a Attrs) Each(yield func(typ uint16, val []byte) bool) {
+// each yields the attributes' types and values. (A program reads them with
+// netlink.NewAttributeDecoder([]byte(a)), as examples/watch does.)
+func (a Attrs) each(yield func(typ uint16, val []byte) bool) {
 	for at := (attrs{b: []byte(a)}); at.next(); {
 		if !yield(at.typ, at.val) {
 			return

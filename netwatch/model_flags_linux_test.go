@@ -67,8 +67,8 @@ func TestAddrUsable(t *testing.T) {
 		{addrDADFailed | AddrTentative, false},
 		{addrDeprecated, false},
 	} {
-		if got := (Addr{Flags: tc.flags}).Usable(); got != tc.want {
-			t.Errorf("Addr{Flags: %v}.Usable() = %v, want %v", tc.flags, got, tc.want)
+		if got := (Addr{Flags: tc.flags}).usable(); got != tc.want {
+			t.Errorf("Addr{Flags: %v}.usable() = %v, want %v", tc.flags, got, tc.want)
 		}
 	}
 }

@@ -359,8 +359,8 @@ func metricWords(mtu uint32, m Metrics) []word {
 		}
 		return ""
 	}
-	if mtu != 0 || m.Locks&LockMTU != 0 {
-		as = append(as, word{"mtu", lock(LockMTU) + itoa(mtu)})
+	if mtu != 0 || m.Locks&lockMTU != 0 {
+		as = append(as, word{"mtu", lock(lockMTU) + itoa(mtu)})
 	}
 	for _, n := range metricNames {
 		if v := n.get(m); v != 0 || m.Locks&n.lock != 0 {
@@ -420,7 +420,7 @@ func encapText(e Encap) string {
 // attrsText renders undecoded attributes as TYPE=HEX words.
 func attrsText(a Attrs) string {
 	var s []string
-	a.Each(func(typ uint16, val []byte) bool {
+	a.each(func(typ uint16, val []byte) bool {
 		s = append(s, itoa(typ)+"="+hex.EncodeToString(val))
 		return true
 	})

@@ -50,7 +50,7 @@ func randomRoutes(rng *rand.Rand, n int) []Route {
 		}
 		switch rng.IntN(8) {
 		case 0:
-			r.Metrics.Locks = LockMTU
+			r.Metrics.Locks = lockMTU
 		case 1:
 			r.Expires = time.Unix(1e9, 0)
 		}
@@ -179,7 +179,7 @@ func TestRouteSetKeysApart(t *testing.T) {
 func TestRouteSetHeldNotAdded(t *testing.T) {
 	r := Route{Family: IPv4, Table: 900, Dst: netip.MustParsePrefix("10.0.0.0/16"), Index: 2, Type: RouteUnicast}
 	whole := r
-	whole.Metrics.Locks = LockMTU
+	whole.Metrics.Locks = lockMTU
 	for _, r := range []Route{r, whole} {
 		var s RouteSet
 		for range 1_000_000 {

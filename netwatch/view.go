@@ -111,31 +111,24 @@ func (v View) Synced() bool { return v.s != nil && v.s.synced }
 // never changes: its channel is nil, which blocks for ever.
 func (v View) Changed() <-chan struct{} { return v.changed }
 
-// Mark returns the journal position after the last change this view holds,
-// for a later view's Changes.
-func (v View) Mark() uint64 {
-	if v.j == nil {
-		return 0
-	}
-	return v.j.next
-}
-
-// Changes yields the changes the cache recorded after mark (a Mark of an
-// earlier view), oldest first, each with its Origin: the events applied
-// and the differences resyncs found. The journal keeps the last 2048
-// changes; complete is false when some after mark have left it, or are
-// not in it yet (for a moment after a re-dump found differences, which
-// wait for the events that may explain them).
+// Changes yields the changes the cache recorded after mark (the next of an
+// earlier view's Changes; 0 at first), oldest first, each with its Origin:
+// the events applied and the differences resyncs found, and returns next,
+// the journal position after the last change this view holds, for the
+// next call. The journal keeps the last 2048 changes; complete is false
+// when some after mark have left it, or are not in it yet (for a moment
+// after a re-dump found differences, which wait for the events that may
+// explain them).
 // This is how a program learns who changed an object it cares about since
 // it last looked (reconcile.Reconciler tells another program's undo from the
-// kernel's flush this way). A Snapshot's view has no journal and yields
-// nothing.
-func (v View) Changes(mark uint64) (changes iter.Seq[Event], complete bool) {
+// kernel's flush this way). A Snapshot's view has no journal, yields
+// nothing and returns next 0.
+func (v View) Changes(mark uint64) (changes iter.Seq[Event], next uint64, complete bool) {
 	if v.j == nil {
-		return func(func(Event) bool) {}, true
+		return func(func(Event) bool) {}, 0, true
 	}
 	changes, complete = v.j.since(mark)
-	return changes, complete && !v.held
+	return changes, v.j.next, complete && !v.held
 }
 
 // Link returns the link with the given index.

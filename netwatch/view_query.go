@@ -11,7 +11,7 @@ import (
 // over a large table (each walks the table it reads).
 
 // SourceAddrs returns the addresses of family f on link index that a new
-// connection may use as its source (Addr.Usable), for a route's PrefSrc:
+// connection may use as its source (not tentative, failed or deprecated), for a route's PrefSrc:
 // global ones (ScopeUniverse, not IPv6 link-local) before the others, then
 // primary ones before secondary (in IPv6, temporary) ones, then lowest
 // first. It returns addresses of every scope (host and link ones after the
@@ -19,7 +19,7 @@ import (
 func (v View) SourceAddrs(index uint32, f Family) []Addr {
 	var as []Addr
 	for a := range v.Addrs(index) {
-		if FamilyOf(a.Prefix.Addr()) == f && a.Usable() {
+		if FamilyOf(a.Prefix.Addr()) == f && a.usable() {
 			as = append(as, a)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mdlayher/netlink"
+
 	"github.com/marksplit/marksplit/netwatch"
 )
 
@@ -280,10 +282,13 @@ func encapOf(e netwatch.Encap) *encapObj {
 
 func attrsOf(a netwatch.Attrs) []attrObj {
 	var out []attrObj
-	a.Each(func(typ uint16, val []byte) bool {
-		out = append(out, attrObj{Type: typ, Data: hex.EncodeToString(val)})
-		return true
-	})
+	ad, err := netlink.NewAttributeDecoder([]byte(a))
+	if err != nil {
+		return nil // netwatch keeps only whole attributes: never
+	}
+	for ad.Next() {
+		out = append(out, attrObj{Type: ad.Type(), Data: hex.EncodeToString(ad.Bytes())})
+	}
 	return out
 }
 

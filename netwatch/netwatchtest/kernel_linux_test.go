@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/marksplit/marksplit/internal/nstest"
 	"github.com/marksplit/marksplit/netwatch"
 )
@@ -179,7 +181,7 @@ func TestKernelRouteMetrics(t *testing.T) {
 	eth := k.AddLink("eth0", "veth", 1500, true)
 	r := netwatch.Route{Family: netwatch.IPv4, Table: 920, Dst: netip.MustParsePrefix("10.9.0.0/16"), Index: eth,
 		MTU: 1355, Protocol: netwatch.ProtoStatic, Scope: netwatch.ScopeLink, Type: netwatch.RouteUnicast,
-		Metrics: netwatch.Metrics{Locks: netwatch.LockMTU, AdvMSS: 1300, HopLimit: 64, CongCtl: "cubic", Features: 1}}
+		Metrics: netwatch.Metrics{Locks: 1 << unix.RTAX_MTU, AdvMSS: 1300, HopLimit: 64, CongCtl: "cubic", Features: 1}}
 	a, err := netwatch.DialApplier(k.NetNS())
 	if err != nil {
 		t.Fatal(err)

@@ -72,8 +72,8 @@ type episode struct {
 // observe reads the journal since the last pass: who changed the objects
 // the Reconciler made.
 func (l *loop) observe(v netwatch.View, now time.Time) {
-	entries, complete := v.Changes(l.mark)
-	l.mark = v.Mark()
+	entries, next, complete := v.Changes(l.mark)
+	l.mark = next
 	if !complete {
 		// Changes were lost to the journal: whoever made them, they are
 		// not counted as undos.
