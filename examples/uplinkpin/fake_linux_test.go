@@ -64,22 +64,14 @@ func TestFakeSubcommands(t *testing.T) {
 	}
 
 	t.Run("run", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(ctx)
-		var stdout, stderr netwatchtest.SyncBuffer
-		var c Config
-		p, build := command(&c)
-		p.NetNS = k.NetNS()
-		done := make(chan int, 1)
-		go func() { done <- p.Run(ctx, args, &stdout, &stderr, build) }()
-		netwatchtest.WaitLog(t, &stderr, "uplinkpin: started", 1)
+		// The same start as the real-kernel tests', on the fake; it
+		// stops at the end of this subtest and must exit 0.
+		logs := start(t, k.NetNS(), args...)
+		netwatchtest.WaitLog(t, logs, "uplinkpin: started", 1)
 		if err := k.ReplaceRoute(netwatch.Route{Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: netip.MustParseAddr("192.0.2.254"), Index: eth1, Metric: 200}); err != nil {
 			t.Fatal(err)
 		}
-		netwatchtest.WaitOwned(t, k.NetNS(), &stderr, 920, 920, strings.Replace(pinned, "192.0.2.1", "192.0.2.254", 1))
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("run: exit %d\n%s", code, &stderr)
-		}
+		netwatchtest.WaitOwned(t, k.NetNS(), logs, 920, 920, strings.Replace(pinned, "192.0.2.1", "192.0.2.254", 1))
 	})
 
 	code, out, logs = onFake(ctx, k, append([]string{"cleanup"}, args...)...)

@@ -38,7 +38,7 @@ func TestKernelUplinkPin(t *testing.T) {
 	ns.IP(t, "route", "add", "default", "via", "192.0.2.1", "dev", "eth1", "metric", "200", "proto", "dhcp")
 	ns.IP(t, "-6", "route", "add", "default", "via", "2001:db8:2::1", "dev", "eth1", "metric", "200", "proto", "ra")
 
-	logs := ns.StartProgram(t, "uplinkpin", run, "--uplink", "eth1", "--mark", "0x100/0xff00")
+	logs := start(t, ns.NetNS(), "--uplink", "eth1", "--mark", "0x100/0xff00")
 
 	const v4, v6 = "203.0.113.9", "2001:db8:ff::9"
 	primary4 := netwatchtest.Hop{Dev: "eth0", Gateway: netip.MustParseAddr("198.51.100.1")}
@@ -144,7 +144,7 @@ func TestKernelFight(t *testing.T) {
 	ns.IP(t, "link", "set", "eth1", "up")
 	ns.IP(t, "addr", "add", "192.0.2.2/24", "dev", "eth1")
 	ns.IP(t, "route", "add", "default", "via", "192.0.2.1", "dev", "eth1", "metric", "200", "proto", "dhcp")
-	logs := ns.StartProgram(t, "uplinkpin", run, "--uplink", "eth1", "--mark", "0x100/0xff00")
+	logs := start(t, ns.NetNS(), "--uplink", "eth1", "--mark", "0x100/0xff00")
 	hop := netwatchtest.Hop{Dev: "eth1", Gateway: netip.MustParseAddr("192.0.2.1"), Table: 920}
 	netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup("203.0.113.9", 0x100), hop)
 	ns.CheckFight(t, logs, "rule del pref 920", "rule 920: fwmark 0x100/0xff00 lookup 920", 1500*time.Millisecond, func() bool {

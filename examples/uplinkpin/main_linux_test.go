@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 )
 
 // run is the whole program, as main runs it, for the tests.
@@ -17,6 +20,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	var c Config
 	p, build := command(&c)
 	return p.Run(ctx, args, stderr, stderr, build)
+}
+
+// start runs the whole program, as main runs it, in ns (a fake kernel's or
+// a real namespace's) until the test ends, and returns its log.
+func start(t *testing.T, ns *netwatch.NetNS, args ...string) *netwatchtest.SyncBuffer {
+	t.Helper()
+	return netwatchtest.StartProgram(t, "uplinkpin", func(ctx context.Context, logs io.Writer) int {
+		var c Config
+		p, build := command(&c)
+		p.NetNS = ns
+		return p.Run(ctx, args, logs, logs, build)
+	})
 }
 
 // TestFlags checks what the command line sets, and that each bad one is

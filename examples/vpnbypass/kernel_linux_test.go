@@ -29,7 +29,7 @@ func TestKernelVPNBypass(t *testing.T) {
 	ns.IP(t, "route", "add", "default", "via", "192.0.2.1")
 	ns.IP(t, "-6", "route", "add", "default", "via", "2001:db8:1::1")
 
-	logs := ns.StartProgram(t, "vpnbypass", run, "--link", "vpn0", "--prefix", "198.51.100.0/24", "--prefix", "2001:db8:100::/48")
+	logs := start(t, ns.NetNS(), "--link", "vpn0", "--prefix", "198.51.100.0/24", "--prefix", "2001:db8:100::/48")
 
 	const v4, v6 = "198.51.100.7", "2001:db8:100::7"
 	underlay4 := netwatchtest.Hop{Dev: "eth0", Gateway: netip.MustParseAddr("192.0.2.1")}
@@ -125,7 +125,7 @@ func TestKernelFight(t *testing.T) {
 	ns := newNetNS(t)
 	ns.AddTun(t, "vpn0")
 	ns.IP(t, "link", "set", "vpn0", "up")
-	logs := ns.StartProgram(t, "vpnbypass", run, "--link", "vpn0", "--prefix", "198.51.100.0/24")
+	logs := start(t, ns.NetNS(), "--link", "vpn0", "--prefix", "198.51.100.0/24")
 	hop := netwatchtest.Hop{Dev: "vpn0", Table: 910}
 	netwatchtest.WaitRoute(t, ns.NetNS(), logs, lookup("198.51.100.7", 0), hop)
 	ns.CheckFight(t, logs, "rule del pref 910", "rule 910: not fwmark 0x80000/0xff0000 lookup 910", 1500*time.Millisecond, func() bool {

@@ -7,6 +7,9 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 )
 
 // run is the whole program, as main runs it, for the tests.
@@ -14,6 +17,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	var c Config
 	p, build := command(&c)
 	return p.Run(ctx, args, stderr, stderr, build)
+}
+
+// start runs the whole program, as main runs it, in ns (a fake kernel's or
+// a real namespace's) until the test ends, and returns its log.
+func start(t *testing.T, ns *netwatch.NetNS, args ...string) *netwatchtest.SyncBuffer {
+	t.Helper()
+	return netwatchtest.StartProgram(t, "vpnbypass", func(ctx context.Context, logs io.Writer) int {
+		var c Config
+		p, build := command(&c)
+		p.NetNS = ns
+		return p.Run(ctx, args, logs, logs, build)
+	})
 }
 
 // TestRunExitCodes checks what run returns before it touches a kernel:

@@ -113,8 +113,9 @@
 // namespace with netlink.Config{NetNS: ns.FD()}, inspect it with ns.IP and
 // ns.IPJSON; it is removed when the test ends. Named gives it a name in
 // /run/netns for tools that want one. For programs built on netwatch,
-// ns.StartProgram runs one in the namespace for the length of a test,
-// WaitRoute and WaitOwned on ns.NetNS() wait for the kernel to show what
+// StartProgram runs one for the length of a test, on either face (its
+// program.Program's NetNS set to ns.NetNS() or Kernel.NetNS()),
+// WaitRoute and WaitOwned on that NetNS wait for the kernel to show what
 // the test expects, and BuildProgram with ns.StartBinary runs the built
 // binary to check its signal handling.
 package netwatchtest

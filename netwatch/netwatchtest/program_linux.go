@@ -18,16 +18,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// StartProgram runs a program's run function (as the examples' main calls
-// it, with "--netns" and the namespace's path ahead of args) in ns until
-// the test ends, then checks that it stopped with status 0; name is the
-// program's, for messages. It returns the program's log.
-func (ns *NetNS) StartProgram(t testing.TB, name string, run func(ctx context.Context, args []string, stderr io.Writer) int, args ...string) *SyncBuffer {
+// StartProgram runs a program until the test ends, then checks that it
+// stopped with status 0; name is the program's, for messages. run is the
+// program as its main runs it, in the namespace the test chose, a fake
+// kernel's or a real one's (program.Program's Run with its NetNS set),
+// writing its log to logs until ctx ends. StartProgram returns the log.
+func StartProgram(t testing.TB, name string, run func(ctx context.Context, logs io.Writer) int) *SyncBuffer {
 	t.Helper()
 	logs := new(SyncBuffer)
 	ctx, cancel := context.WithCancel(context.Background())
 	code := make(chan int, 1)
-	go func() { code <- run(ctx, append([]string{"--netns", ns.Path()}, args...), logs) }()
+	go func() { code <- run(ctx, logs) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
