@@ -506,30 +506,41 @@ func (t *table) usesLink(index uint32) bool {
 // and the side map of keys not yet in the array is read once.
 func (t *table) covering(a netip.Addr) []Route {
 	maxBits := a.BitLen()
+	// The side map, once: best is the longest of its prefixes that
+	// contain a, side their routes.
 	best := -1
-	match := func(p netip.Prefix) bool { return p.Bits() > best && p.Contains(a) }
+	var side []Route
+	found := func(p netip.Prefix, r func() Route, dups func(yield func(Route) bool) bool) {
+		if p.Bits() < best || !p.Contains(a) {
+			return
+		}
+		if p.Bits() > best {
+			best, side = p.Bits(), side[:0]
+		}
+		side = append(side, r())
+		dups(func(r Route) bool { side = append(side, r); return true })
+	}
 	if t.family == IPv4 {
-		for k := range t.m4.added {
-			if p := netip.PrefixFrom(netip.AddrFrom4(k.dst), int(k.bits)); match(p) {
-				best = p.Bits()
-			}
+		for k, v := range t.m4.added {
+			found(netip.PrefixFrom(netip.AddrFrom4(k.dst), int(k.bits)), func() Route { return t.route4(k, v) },
+				func(y func(Route) bool) bool { return yieldDups(t, t.key4Route, k, y) })
 		}
 	} else {
-		for k := range t.m6.added {
-			if p := netip.PrefixFrom(netip.AddrFrom16(k.dst), int(k.bits)); match(p) {
-				best = p.Bits()
-			}
+		for k, v := range t.m6.added {
+			found(netip.PrefixFrom(netip.AddrFrom16(k.dst), int(k.bits)), func() Route { return t.route6(k, v) },
+				func(y func(Route) bool) bool { return yieldDups(t, t.key6Route, k, y) })
 		}
 	}
+	// The array, a binary search per length, from the longest down to
+	// best: a longer prefix there wins, an equal one joins the side's.
 	var rs []Route
 	collect := func(bits int) {
 		p, _ := a.Prefix(bits)
 		dst := p.Addr()
 		if t.family == IPv4 {
-			keep := func(k key4) bool { return k.dst == dst.As4() && int(k.bits) == bits }
-			t.m4.from(key4{dst: dst.As4(), bits: uint8(bits), tos: 0xff}, keep, func(k key4, v val4) bool {
-				if !keep(k) {
-					return false // past the run: the side map's are next
+			t.m4.sorted(key4{dst: dst.As4(), bits: uint8(bits), tos: 0xff}, func(k key4, v val4) bool {
+				if k.dst != dst.As4() || int(k.bits) != bits {
+					return false // past the run
 				}
 				rs = append(rs, t.route4(k, v))
 				return yieldDups(t, t.key4Route, k, func(r Route) bool { rs = append(rs, r); return true })
@@ -538,9 +549,8 @@ func (t *table) covering(a netip.Addr) []Route {
 		}
 		for _, start := range []key6{{dst: dst.As16(), bits: uint8(bits)}, {dst: dst.As16(), bits: uint8(bits), srcBits: 129}} {
 			src := start.srcBits != 0
-			keep := func(k key6) bool { return k.dst == dst.As16() && int(k.bits) == bits && (k.srcBits != 0) == src }
-			t.m6.from(start, keep, func(k key6, v val6) bool {
-				if !keep(k) {
+			t.m6.sorted(start, func(k key6, v val6) bool {
+				if k.dst != dst.As16() || int(k.bits) != bits || (k.srcBits != 0) != src {
 					return false
 				}
 				rs = append(rs, t.route6(k, v))
@@ -555,6 +565,7 @@ func (t *table) covering(a netip.Addr) []Route {
 	}
 	if len(rs) == 0 && best >= 0 {
 		collect(best)
+		rs = append(rs, side...)
 	}
 	slices.SortStableFunc(rs, func(a, b Route) int { return cmp.Or(cmp.Compare(a.Metric, b.Metric), compareRoutes(a, b)) })
 	return rs

@@ -263,21 +263,27 @@ func (s *store[K, V]) dropLastChunk() {
 // order, until yield returns false; then every key of the side map that
 // keep accepts, in no order. Both parts stop when yield does.
 func (s *store[K, V]) from(k K, keep func(K) bool, yield func(K, V) bool) bool {
-	i, _ := s.search(k)
-	for ; i < s.n; i++ {
-		if s.ndead > 0 && s.isDead(i) {
-			continue
-		}
-		if e := s.at(i); !yield(e.k, e.v) {
-			break
-		}
-	}
+	s.sorted(k, yield)
 	for k, v := range s.added {
 		if keep(k) && !yield(k, v) {
 			return false
 		}
 	}
 	return true
+}
+
+// sorted yields the entries of the array from the first key not below k,
+// in order, until yield returns false: from without the side map.
+func (s *store[K, V]) sorted(k K, yield func(K, V) bool) {
+	i, _ := s.search(k)
+	for ; i < s.n; i++ {
+		if s.ndead > 0 && s.isDead(i) {
+			continue
+		}
+		if e := s.at(i); !yield(e.k, e.v) {
+			return
+		}
+	}
 }
 
 // all yields every entry, those of the array in order, then the others.

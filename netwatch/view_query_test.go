@@ -2,6 +2,7 @@ package netwatch
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -146,4 +147,37 @@ func BenchmarkCovering(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkCoveringSideMap looks up an address in a table of 100,000
+// dumped IPv4 /24s and a default route after n more /24s arrived as events
+// that do not sort last, which wait in the store's side map until a
+// compaction (up to a quarter of the table): the side map is read once a
+// lookup, not once per prefix length (n=0 is the reference).
+func BenchmarkCoveringSideMap(b *testing.B) {
+	for _, n := range []int{0, 1000, 24000} {
+		st := newState()
+		st.addDumped(Route{Family: IPv4, Table: TableMain, Dst: netip.MustParsePrefix("0.0.0.0/0"), Index: 2, Type: RouteUnicast})
+		for i := range 100_000 {
+			st.addDumped(Route{Family: IPv4, Table: TableMain, Index: 2, Type: RouteUnicast,
+				Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(20 + i>>16), byte(i >> 8), byte(i), 0}), 24)})
+		}
+		for i := range n {
+			r := Route{Family: IPv4, Table: TableMain, Index: 2, Type: RouteUnicast,
+				Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{11, byte(i >> 8), byte(i), 0}), 24)}
+			st.applyRoute(&change{Event: Event{Kind: KindRoute, Route: r}})
+		}
+		if tb := st.table(IPv4, TableMain, false); len(tb.m4.added) != n {
+			b.Fatalf("side map holds %d routes, want %d", len(tb.m4.added), n)
+		}
+		v := View{s: st}
+		a := netip.MustParseAddr("200.0.0.1")
+		b.Run(fmt.Sprintf("side=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				if rs := v.Covering(TableMain, a); len(rs) != 1 {
+					b.Fatalf("%d routes", len(rs))
+				}
+			}
+		})
+	}
 }
