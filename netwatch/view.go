@@ -222,8 +222,10 @@ func (v View) RoutesWithin(t Table, p netip.Prefix) iter.Seq[Route] {
 // prefix that contains a: those among which the kernel's lookup of a in t
 // chooses (by TOS, source and metric), lowest metric first, then by key;
 // none when no route of t covers a. It takes a binary search per prefix
-// length, not a walk of the table: a policy may ask it for every peer of
-// a full table.
+// length and one read of the routes that arrived, since the table was
+// last compacted, in an order its sorted array could not append (at most
+// 1,023, or a quarter of the table when that is more): not a walk of the
+// table.
 func (v View) Covering(t Table, a netip.Addr) []Route {
 	a = a.Unmap()
 	if tb := v.s.table(FamilyOf(a), t, false); tb != nil && a.IsValid() {
