@@ -115,12 +115,20 @@ func icmpRateLimited(t *testing.T, learn bool) {
 			t.Errorf("raises by %s: %v, want 0", src, n)
 		}
 	}
+	// The pass logs a change after the kernel has it: wait for the line.
 	var routes []string
-	for _, m := range a.changes(t) {
-		if strings.HasPrefix(m, "table 900: 10.0.0.9 ") {
-			routes = append(routes, mtuOf.FindString(m))
+	eventually(t, 5*time.Second, "the change to 1232 logged", func() error {
+		routes = nil
+		for _, m := range a.changes(t) {
+			if strings.HasPrefix(m, "table 900: 10.0.0.9 ") {
+				routes = append(routes, mtuOf.FindString(m))
+			}
 		}
-	}
+		if len(routes) == 0 || routes[len(routes)-1] != "mtu 1232" {
+			return fmt.Errorf("the peer's route lines: %q", routes)
+		}
+		return nil
+	})
 	if strings.Join(routes, ",") != "mtu 1355,mtu 1232" {
 		t.Errorf("the peer's route went through %q, want the tunnel MTU, then 1232", routes)
 	}
