@@ -305,6 +305,16 @@ func (s *seed) startBinEnv(t testing.TB, bin string, env []string, args ...strin
 		select {
 		case <-a.done:
 		default:
+			if t.Failed() {
+				// Where it was: SIGQUIT has the Go runtime print every
+				// goroutine's stack to the log before it exits (a hang
+				// the log alone does not explain: /readyz never 200).
+				a.cmd.Process.Signal(syscall.SIGQUIT)
+				select {
+				case <-a.done:
+				case <-time.After(10 * time.Second):
+				}
+			}
 			a.cmd.Process.Kill()
 			<-a.done
 		}
