@@ -12,6 +12,7 @@ func TestTerminal(t *testing.T) {
 		"zero\u200bwidth":     `zero\u200bwidth`,
 		"bad \xff utf8":       `bad \xff utf8`,
 		`back\slash`:          `back\\slash`,
+		`say "hi"`:            `say \"hi\"`,
 		"wlan-ü 网络":           "wlan-ü 网络",
 		"":                    "",
 	} {
