@@ -486,7 +486,8 @@ func (l *loop) next(p Pass) time.Time {
 // reached the cache. It returns the pass (of its last chunk: onChunk, when
 // set, is told of the others), the line of the first operation planned and
 // how many were, and the channel closed at the next change after the view
-// it last planned from.
+// it last planned operations from (its own changes close it: a pass that
+// changed something is always followed by one that checks).
 func (l *loop) pass(ctx context.Context, onChunk func(Pass)) (p Pass, first string, planned int, changed <-chan struct{}) {
 	now := time.Now()
 	l.lastPass = now
@@ -527,7 +528,12 @@ func (l *loop) pass(ctx context.Context, onChunk func(Pass)) (p Pass, first stri
 		p = Pass{Planned: true}
 		l.nextChunk(pl, now)
 		if len(pl.ops) == 0 {
-			return p, first, planned, pl.changed
+			// Nothing was left; but only a pass that plans nothing from
+			// the start converges. The channel of the last chunk's view,
+			// which that chunk's own changes close, asks for one at once:
+			// this view already holds them, and the next change after it
+			// may never come.
+			return p, first, planned, changed
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,5 +190,55 @@ func TestOnceStopsWhenCanceledMidPass(t *testing.T) {
 	}
 	if changes != chunkOps || in900 != chunkOps {
 		t.Errorf("%d changes, %d routes of the policy in table 900; want one chunk (%d) of %d", changes, in900, chunkOps, n)
+	}
+}
+
+// TestRunConvergesAfterChunkedPass: a pass over exactly two chunks ends
+// with a chunk that finds nothing left, planned from a view that already
+// holds everything the pass applied. Run must still confirm the pass with
+// another: it waited for a change after that view instead, and none came,
+// so the agent over 5,000 peers (4,999 routes and a rule: five full
+// chunks) stayed unready until the next resync, five minutes later.
+func TestRunConvergesAfterChunkedPass(t *testing.T) {
+	k, eth := fakeHost(t)
+	w := startWatcher(t, k, netwatch.Options{RouteTables: []netwatch.Table{901}})
+	a, err := netwatch.DialApplier(k.NetNS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	const n = 2 * chunkOps
+	policy := func(netwatch.View) (Desired, bool) {
+		d := Desired{Own: Own(901, 0), Routes: new(netwatch.RouteSet)}
+		for i := range n {
+			d.Routes.Add(netwatch.Route{Family: netwatch.IPv4, Table: 901, Type: netwatch.RouteUnicast, Index: eth, Protocol: 77,
+				Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{11, byte(i >> 8), byte(i), 0}), 24)})
+		}
+		return d, true
+	}
+	converged := make(chan struct{})
+	var once sync.Once
+	var changes atomic.Int64
+	r := &Reconciler{Watcher: w, Applier: a, Policy: policy, OnChange: func(netwatch.Op, string) { changes.Add(1) }}
+	r.OnPass = func(Pass) {
+		if r.Converged() {
+			once.Do(func() { close(converged) })
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runUntilCleanup(t, ctx, cancel, r.Run)
+	select {
+	case <-converged:
+	case <-time.After(2 * time.Minute): // only a hang: the pass itself takes a second
+		t.Fatalf("no converged pass within 2 min after %d changes", changes.Load())
+	}
+	in901 := 0
+	for _, r := range k.Snapshot().Routes {
+		if r.Table == 901 {
+			in901++
+		}
+	}
+	if in901 != n {
+		t.Errorf("%d routes in table 901, want %d", in901, n)
 	}
 }
