@@ -88,7 +88,7 @@ func (rep *report) passTable(b *strings.Builder) {
 		return
 	}
 	b.WriteString("## Big passes\n\n")
-	b.WriteString("Peak RSS (the agent's own VmHWM, read every 2 ms: internal/peakrss says why not ru_maxrss) and wall time of `marksplit once` over one big pass, in a fresh seed namespace, " +
+	b.WriteString("Peak RSS (the agent's own VmHWM, read as it exits: internal/peakrss says why not ru_maxrss or a sample) and wall time of `marksplit once` over one big pass, in a fresh seed namespace, " +
 		"this tree's agent and the one built from " + rep.BaseRev + " taking turns in the same run. " +
 		"The DaemonSet's memory limit is 128 MiB; the target of each pass is 56 MiB, with other work on the node: " +
 		fmt.Sprintf("%d CPU hogs (shells spinning in a loop) ran beside every pass here, and the 1-minute load average was %.2f at the end.\n\n", rep.PassHogs, rep.PassLoad))

@@ -7,29 +7,37 @@
 // child's ru_maxrss. A `marksplit once` started by the agent's test binary,
 // which serves 15,000 CiliumNodes, reported 69 MiB in ru_maxrss while its
 // own address space peaked at 45 MiB.
+//
+// Nor is a sample of VmHWM taken every few milliseconds: a program that
+// peaks as it ends (`marksplit once` does, in its last chunk) exits before
+// a sampler that a busy machine schedules late reads it again, and the
+// figure comes out low (dd with a 40 MiB buffer measured 31 MiB beside two
+// CPU hogs). Run reads VmHWM once, exactly, as the program exits.
 package peakrss
 
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
-	"time"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
-// Every is how often Run reads the program's high-water mark. It only
-// grows while the program runs, so the last read misses at most what the
-// program's last Every added, as it exits.
-const Every = 2 * time.Millisecond
-
 // Run starts cmd, which is prog or execs it (through nsenter, say), waits
-// for it, and returns prog's peak resident memory in KiB: VmHWM of the
-// process once it runs prog, read every Every until it exits. err is
-// cmd.Wait's; a program that never ran as prog long enough to be read
-// gives 0 and an error.
+// for it, and returns prog's peak resident memory in KiB: the VmHWM of its
+// process as it exits, after its last allocation. cmd runs traced
+// (ptrace), so that it stops as it exits: only its first thread is, and
+// only to be let go again, with every signal it receives; it must not be
+// traced otherwise. err is cmd.Wait's; a program that never exited as
+// prog gives 0 and an error.
 func Run(cmd *exec.Cmd, prog string) (kib int64, err error) {
 	if prog, err = exec.LookPath(prog); err != nil {
 		return 0, err
@@ -38,27 +46,93 @@ func Run(cmd *exec.Cmd, prog string) (kib int64, err error) {
 	if err != nil {
 		return 0, err
 	}
+	// A tracee is traced by the thread that started it: every ptrace
+	// request must come from that thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Ptrace = true
 	if err := cmd.Start(); err != nil {
 		return 0, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	pid := cmd.Process.Pid
-	tick := time.NewTicker(Every)
-	defer tick.Stop()
+	kib, terr := follow(cmd.Process.Pid, want)
+	if terr != nil {
+		cmd.Process.Kill()
+	}
+	err = cmd.Wait()
+	switch {
+	case terr != nil:
+		return 0, terr
+	case kib == 0 && err == nil:
+		err = fmt.Errorf("peakrss: %s never exited as %s", cmd.Path, prog)
+	}
+	return kib, err
+}
+
+// Codes of a SIGCHLD's si_code (asm-generic/siginfo.h), which x/sys/unix
+// lacks.
+const (
+	cldExited  = 1
+	cldKilled  = 2
+	cldDumped  = 3
+	cldTrapped = 4
+	cldStopped = 5
+)
+
+// follow lets the traced pid run until it has exited, without reaping it:
+// at the stop of its first exec it asks for a stop at exit (and that pid
+// die with this process), at that stop it reads VmHWM if pid runs exe, and
+// at any other stop it lets pid go on with the signal that stopped it.
+func follow(pid int, exe string) (kib int64, err error) {
+	first := true
 	for {
-		if hwm, ok := read(pid, want); ok {
-			kib = max(kib, hwm)
-		}
-		select {
-		case err := <-done:
-			if kib == 0 && err == nil {
-				err = fmt.Errorf("peakrss: %s exited before its memory could be read", prog)
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT, nil); err != nil {
+			if err == unix.EINTR {
+				continue
 			}
-			return kib, err
-		case <-tick.C:
+			return 0, fmt.Errorf("peakrss: waitid: %w", err)
+		}
+		status := childStatus(&info)
+		switch info.Code {
+		case cldExited, cldKilled, cldDumped:
+			return kib, nil // cmd.Wait reaps it
+		case cldTrapped, cldStopped:
+		default:
+			continue
+		}
+		sig := status & 0xff
+		deliver := 0
+		switch {
+		case first:
+			first = false
+			if err := unix.PtraceSetOptions(pid, unix.PTRACE_O_TRACEEXIT|unix.PTRACE_O_TRACEEXEC|unix.PTRACE_O_EXITKILL); err != nil {
+				return 0, fmt.Errorf("peakrss: ptrace: %w", err)
+			}
+		case sig == int(unix.SIGTRAP) && status>>8 == unix.PTRACE_EVENT_EXIT:
+			if hwm, ok := read(pid, exe); ok {
+				kib = max(kib, hwm)
+			}
+		case sig == int(unix.SIGTRAP) && status>>8 == unix.PTRACE_EVENT_EXEC:
+		default:
+			deliver = sig
+		}
+		if err := unix.PtraceCont(pid, deliver); err != nil && err != unix.ESRCH {
+			return 0, fmt.Errorf("peakrss: ptrace: %w", err)
 		}
 	}
+}
+
+// childStatus is a SIGCHLD siginfo's si_status: after si_signo, si_errno
+// and si_code, the union (aligned to a pointer) begins with si_pid and
+// si_uid.
+func childStatus(info *unix.Siginfo) int {
+	const ptr = int(unsafe.Sizeof(uintptr(0)))
+	off := (12+ptr-1)&^(ptr-1) + 8
+	b := unsafe.Slice((*byte)(unsafe.Pointer(info)), unsafe.Sizeof(*info))
+	return int(int32(binary.NativeEndian.Uint32(b[off:])))
 }
 
 // read returns pid's VmHWM in KiB if pid runs exe now.

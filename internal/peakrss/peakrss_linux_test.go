@@ -1,13 +1,14 @@
 package peakrss
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // childMiB is what the child process touches, beside its runtime.
@@ -16,10 +17,11 @@ const childMiB = 40
 func TestMain(m *testing.M) {
 	if os.Getenv("PEAKRSS_CHILD") == "1" {
 		b := make([]byte, childMiB<<20)
-		for i := range b {
+		for i := 0; i < len(b); i += 4096 { // a byte a page makes it resident
 			b[i] = 1
 		}
-		time.Sleep(50 * time.Millisecond)
+		// Exit at the peak, at once: a sampler would have to read
+		// VmHWM in the last moment of the program.
 		runtime.KeepAlive(b)
 		os.Exit(0)
 	}
@@ -50,6 +52,40 @@ func TestRunNotTheParents(t *testing.T) {
 		t.Logf("ru_maxrss %d KiB no longer counts the parent's 160 MiB", ru)
 	}
 	runtime.KeepAlive(held)
+}
+
+// TestRunAtExit: a program that exits at its peak, at once, is measured
+// at that peak, however late the machine runs this process: Run reads
+// VmHWM as the program exits, where a sampler every 2 ms read dd at 31 of
+// its 40 MiB beside two CPU hogs.
+func TestRunAtExit(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		cmd := exec.Command(self)
+		cmd.Env = append(os.Environ(), "PEAKRSS_CHILD=1")
+		kib, err := Run(cmd, self)
+		if err != nil || kib < childMiB<<10 {
+			t.Fatalf("run %d: %d KiB, %v; want at least %d MiB", i, kib, err, childMiB)
+		}
+	}
+}
+
+// TestRunSignals: a signal the program receives while traced reaches it,
+// and its end by a signal is cmd.Wait's error.
+func TestRunSignals(t *testing.T) {
+	cmd := exec.Command("sh", "-c", `trap 'exit 7' TERM; kill -TERM $$; sleep 10`)
+	_, err := Run(cmd, "sh")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Errorf("sh that sends itself SIGTERM under a trap: %v; want exit status 7", err)
+	}
+	cmd = exec.Command("sh", "-c", `kill -KILL $$`)
+	if _, err := Run(cmd, "sh"); !errors.As(err, &ee) || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("sh that sends itself SIGKILL: %v; want killed", err)
+	}
 }
 
 // TestRunThroughExec: a program reached through another's exec (nsenter's
