@@ -52,12 +52,13 @@ func plainServer(t *testing.T) (srv *httptest.Server, tokens func() []string) {
 // nothing it answers is taken.
 func TestHostileRedirectNotFollowed(t *testing.T) {
 	t.Run("list and watch", func(t *testing.T) {
-		h := startLive(t, apitest.Options{}, nil)
+		h := newLive(t, apitest.Options{}, apiNode("worker-1", 255, "10.0.0.5"))
 		plain, tokens := plainServer(t)
 		defer noTokens(t, tokens)
+		// Before the source starts: its first list and watch must meet them.
 		h.api.Inject(apitest.KindList, apitest.Fault{Location: plain.URL + "/apis/cilium.io/v2/ciliumnodes?limit=500"})
 		h.api.Inject(apitest.KindWatch, apitest.Fault{Location: plain.URL + "/apis/cilium.io/v2/ciliumnodes?watch=1"})
-		h.api.MustPut(t, apiNode("worker-1", 255, "10.0.0.5"))
+		h.start(nil)
 		h.await("the real node", "worker-1 on 10.0.0.5")
 		h.eventually("the redirected watch refused", func() bool { return h.api.Count(apitest.KindWatch) >= 2 })
 		if st := h.src.Stats(); st.HTTPError < 2 {

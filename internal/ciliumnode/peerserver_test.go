@@ -38,6 +38,16 @@ type live struct {
 // edit says otherwise.
 func startLive(t *testing.T, opts apitest.Options, edit func(*Config), nodes ...apitest.Node) *live {
 	t.Helper()
+	h := newLive(t, opts, nodes...)
+	h.start(edit)
+	return h
+}
+
+// newLive is startLive's server and harness, without the source: a test
+// injects the faults of the first requests before it starts the source,
+// which lists at once.
+func newLive(t *testing.T, opts apitest.Options, nodes ...apitest.Node) *live {
+	t.Helper()
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	h := &live{t: t, api: apitest.New(t, opts), dir: t.TempDir(), logs: &logBuffer{}, changed: make(chan struct{})}
 	if err := h.api.WriteServiceAccount(h.dir); err != nil {
@@ -46,6 +56,13 @@ func startLive(t *testing.T, opts apitest.Options, edit func(*Config), nodes ...
 	if len(nodes) > 0 {
 		h.api.MustPut(t, nodes...)
 	}
+	return h
+}
+
+// start starts the source, with its Config edited by edit when set.
+func (h *live) start(edit func(*Config)) {
+	t := h.t
+	t.Helper()
 	cfg := Config{
 		Server:         h.api.URL(),
 		TokenFile:      filepath.Join(h.dir, "token"),
@@ -64,7 +81,6 @@ func startLive(t *testing.T, opts apitest.Options, edit func(*Config), nodes ...
 	}
 	h.src = src
 	runInBackground(t, func(ctx context.Context) error { return src.Run(ctx, h.report) })
-	return h
 }
 
 func (h *live) report(ps Peers) {
@@ -325,10 +341,11 @@ func TestPeersLiveFaults(t *testing.T) {
 // TestPeersLiveListFailsFirst: nothing is reported before the first good list, however the
 // list fails; then the set is complete at once.
 func TestPeersLiveListFailsFirst(t *testing.T) {
-	h := startLive(t, apitest.Options{MaxPageSize: 2}, nil)
+	h := newLive(t, apitest.Options{MaxPageSize: 2}, three...)
+	// Before the source starts: its first list must meet them.
 	h.api.Inject(apitest.KindList,
 		apitest.Fault{Code: 500}, apitest.Fault{Drop: true}, apitest.Fault{Body: "{garbage"}, apitest.Fault{Code: 403})
-	h.api.MustPut(t, three...)
+	h.start(nil)
 	h.await("first list", threeSummary...)
 	if _, n, _ := h.snapshot(); n != 1 {
 		t.Errorf("%d reports, want 1", n)
