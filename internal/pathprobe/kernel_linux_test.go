@@ -4,6 +4,7 @@ package pathprobe
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"testing"
@@ -371,35 +372,10 @@ func TestKernelECMP(t *testing.T) {
 	sysctl(t, w.router, "net/ipv4/fib_multipath_hash_policy", "1")
 	w.router.IP(t, "route", "add", "10.9.0.1/32", "nexthop", "via", "10.2.0.1", "dev", "r1", "nexthop", "via", "10.3.0.1", "dev", "r2")
 
-	// Which leg does each source port take? Count p1's packets around one
-	// datagram from it (after one round of all, so that ARP is done).
-	send := func(port int) {
-		err := w.node.Do(func() error {
-			c, err := net.ListenUDP("udp4", &net.UDPAddr{Port: port})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			_, err = c.WriteToUDPAddrPort([]byte{1}, netip.AddrPortFrom(target, DefaultPort))
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	var small, big []uint16
-	for port := 41000; port < 41032; port++ {
-		send(port)
-	}
-	for port := 41000; port < 41032 && (len(small) < 2 || len(big) < 2); port++ {
-		before := rxPackets(t, w.peer, "p1")
-		send(port)
-		if rxPackets(t, w.peer, "p1") > before {
-			small = append(small, uint16(port))
-		} else {
-			big = append(big, uint16(port))
-		}
-	}
+	// Which leg does each source port take? The peer's socket on the
+	// probes' port says on which link each datagram came in (IP_PKTINFO),
+	// before the responder takes the port.
+	small, big := legsByPort(t, w, target, 41000, 41032)
 	if len(small) < 2 || len(big) < 2 {
 		t.Fatalf("32 ports: %d on the small leg, %d on the other: the router does not hash on ports", len(small), len(big))
 	}
@@ -422,21 +398,83 @@ func TestKernelECMP(t *testing.T) {
 	checkFound(t, res, truth)
 }
 
-// rxPackets is the packets link dev in ns has received.
-func rxPackets(t *testing.T, ns *netwatchtest.NetNS, dev string) int {
+// legsByPort sends one datagram from each node port in [from, to), until
+// two have reached the peer by each leg, to target's probe port and
+// returns the ports whose datagram reached it on p1 (the small leg) and on
+// p0. The peer reads them on a socket
+// that reports each datagram's incoming link: no count of a link's
+// packets, which a late packet of an earlier send (or an ARP) would skew.
+func legsByPort(t *testing.T, w *world, target netip.Addr, from, to int) (small, big []uint16) {
 	t.Helper()
-	var links []struct {
-		Stats struct {
-			RX struct {
-				Packets int `json:"packets"`
-			} `json:"rx"`
-		} `json:"stats64"`
+	var rc *net.UDPConn
+	if err := w.peer.Do(func() (err error) {
+		rc, err = net.ListenUDP("udp4", &net.UDPAddr{IP: target.AsSlice(), Port: DefaultPort})
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
-	ns.IPJSON(t, &links, "-s", "link", "show", "dev", dev)
-	if len(links) != 1 {
-		t.Fatalf("ip -s link show dev %s: %d links", dev, len(links))
+	defer rc.Close()
+	raw, err := rc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return links[0].Stats.RX.Packets
+	var serr error
+	if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_PKTINFO, 1) }); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	p1 := int(w.peer.LinkIndex(t, "p1"))
+	rc.SetReadDeadline(time.Now().Add(2 * time.Minute)) // only a hang reaches it
+	buf, oob := make([]byte, 16), make([]byte, 256)
+	for port := from; port < to && (len(small) < 2 || len(big) < 2); port++ {
+		err := w.node.Do(func() error {
+			c, err := net.ListenUDP("udp4", &net.UDPAddr{Port: port})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.WriteToUDPAddrPort([]byte{1}, netip.AddrPortFrom(target, DefaultPort))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Its datagram (an ARP's delay may hold it; a lost one is sent
+		// again by no one: the links are lossless veths).
+		for {
+			_, oobn, _, src, err := rc.ReadMsgUDPAddrPort(buf, oob)
+			if err != nil {
+				t.Fatalf("port %d: %v", port, err)
+			}
+			if int(src.Port()) != port {
+				continue // a datagram of an earlier port, read already
+			}
+			idx, ok := pktinfoIndex(oob[:oobn])
+			if !ok {
+				t.Fatalf("port %d: no IP_PKTINFO", port)
+			}
+			if idx == p1 {
+				small = append(small, uint16(port))
+			} else {
+				big = append(big, uint16(port))
+			}
+			break
+		}
+	}
+	return small, big
+}
+
+// pktinfoIndex is the incoming link of a datagram's IP_PKTINFO.
+func pktinfoIndex(oob []byte) (int, bool) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0, false
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_PKTINFO && len(m.Data) >= unix.SizeofInet4Pktinfo {
+			return int(int32(binary.NativeEndian.Uint32(m.Data[:4]))), true
+		}
+	}
+	return 0, false
 }
 
 // TestKernelResponderHostile floods the responder with garbage from an
@@ -468,8 +506,20 @@ func TestKernelResponderHostile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	flood(w.peer, netip.MustParseAddr("127.0.0.1"), 500) // a local process
-	flood(w.node, worldPeer, 500)
+	// Each flood until the responder has read some of it: a burst the
+	// socket's queue, still full of the last, dropped whole on a busy
+	// machine (0 malformed).
+	floodUntil := func(ns *netwatchtest.NetNS, dst netip.Addr, what string, read func(ResponderStats) uint64) {
+		deadline := time.Now().Add(2 * time.Minute) // only a hang reaches it
+		for sent := 0; read(r.Stats()) == 0; sent += 100 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: none of %d datagrams read: %+v", what, sent, r.Stats())
+			}
+			flood(ns, dst, 100)
+		}
+	}
+	floodUntil(w.peer, netip.MustParseAddr("127.0.0.1"), "a local process", func(s ResponderStats) uint64 { return s.Refused })
+	floodUntil(w.node, worldPeer, "an accepted node", func(s ResponderStats) uint64 { return s.Malformed })
 	p := w.prober(t, Config{Mark: 0xe00})
 	res, err := p.Search(t.Context(), worldPeer, worldMax)
 	if err != nil {
