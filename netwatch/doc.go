@@ -35,8 +35,8 @@
 // the questions every policy has: SourceAddrs (a link's usable addresses of a
 // family, primary first), DefaultRoutes (out of a link, lowest metric first),
 // each in a documented order, RoutesWithin (the routes inside a prefix) and
-// Covering (the route a lookup in one table picks for an address). Link and
-// address flags are typed and tested as net.Interface's are (l.Flags&LinkUp !=
+// Covering (the routes of a table's longest prefix that holds an address: those
+// a lookup there picks among). Link and address flags are typed and tested as net.Interface's are (l.Flags&LinkUp !=
 // 0; LinkLowerUp, AddrTentative). Options.RouteTables limits
 // the route cache to some tables; View.Cached says which, and reconcile.Plan
 // refuses to own or repair a table outside them.

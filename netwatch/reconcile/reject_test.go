@@ -200,18 +200,19 @@ func TestOnceStopsWhenCanceledMidPass(t *testing.T) {
 // so the agent over 5,000 peers (4,999 routes and a rule: five full
 // chunks) stayed unready until the next resync, five minutes later.
 func TestRunConvergesAfterChunkedPass(t *testing.T) {
-	k, eth := fakeHost(t)
-	w := startWatcher(t, k, netwatch.Options{RouteTables: []netwatch.Table{901}})
-	a, err := netwatch.DialApplier(k.NetNS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	const n = 2 * chunkOps
-	policy := func(netwatch.View) (Desired, bool) {
-		d := Desired{Own: Own(901, 0), Routes: new(netwatch.RouteSet)}
+	k, eth, w, a := fakeHostWatched(t)
+	const n = 2 * chunkOps // new routes; the host's two in table 900 stay
+	policy := func(v netwatch.View) (Desired, bool) {
+		d := Desired{Own: Own(900, 0), Routes: new(netwatch.RouteSet)}
+		for _, f := range []netwatch.Family{netwatch.IPv4, netwatch.IPv6} {
+			for r := range v.Routes(f, 900) {
+				if r.Dst.Bits() != 24 {
+					d.Routes.Add(r)
+				}
+			}
+		}
 		for i := range n {
-			d.Routes.Add(netwatch.Route{Family: netwatch.IPv4, Table: 901, Type: netwatch.RouteUnicast, Index: eth, Protocol: 77,
+			d.Routes.Add(netwatch.Route{Family: netwatch.IPv4, Table: 900, Type: netwatch.RouteUnicast, Index: eth, Protocol: 77,
 				Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{11, byte(i >> 8), byte(i), 0}), 24)})
 		}
 		return d, true
@@ -232,13 +233,13 @@ func TestRunConvergesAfterChunkedPass(t *testing.T) {
 	case <-time.After(2 * time.Minute): // only a hang: the pass itself takes a second
 		t.Fatalf("no converged pass within 2 min after %d changes", changes.Load())
 	}
-	in901 := 0
+	in900 := 0
 	for _, r := range k.Snapshot().Routes {
-		if r.Table == 901 {
-			in901++
+		if r.Table == 900 {
+			in900++
 		}
 	}
-	if in901 != n {
-		t.Errorf("%d routes in table 901, want %d", in901, n)
+	if in900 != n+2 {
+		t.Errorf("%d routes in table 900, want %d", in900, n+2)
 	}
 }
