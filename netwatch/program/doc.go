@@ -26,6 +26,19 @@
 // exits 2 with one line naming the flag (FlagError). A second SIGINT or
 // SIGTERM ends the program at once.
 //
+// A program with more to it than a policy (the agent) adds its own
+// subcommands (Commands: the agent's verify and health), a Version, a Help
+// text, and Start: what the policy reads besides the kernel (the agent's
+// CiliumNodes) and, with run, the program's servers, started once the
+// watcher runs and waited for on the way out. build may set the Logger
+// from the program's own flags. A watcher that stops ends the subcommand
+// with its error.
+//
+// cleanup beside a running holder of the table or the priority removes
+// nothing, as the holder would put it back at once: it exits 0 with a note
+// when nothing owned is left, else 1 with one line saying how many routes
+// and rules it would have removed and how to stop the holder (StopHolder).
+//
 // # The lock
 //
 // run, once and cleanup first Claim the table and the priority in the

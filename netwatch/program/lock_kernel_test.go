@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,7 +184,9 @@ func TestKernelLockRename(t *testing.T) {
 
 // TestKernelTwoPrograms: two programs built on Program that own one table,
 // or one priority, in a namespace cannot both run; the second exits 1 with
-// one line naming the first, and runs once the first has stopped.
+// one line naming the first, and runs once the first has stopped. cleanup
+// beside the first removes nothing: a note and exit 0 while the first owns
+// nothing, a refusal once it owns a rule (which the first would put back).
 func TestKernelTwoPrograms(t *testing.T) {
 	ns, _ := newNetNS(t)
 	build := func() (func(netwatch.View) (reconcile.Desired, bool), error) {
@@ -191,35 +194,58 @@ func TestKernelTwoPrograms(t *testing.T) {
 			return reconcile.Desired{Own: reconcile.Own(940, 940)}, true
 		}, nil
 	}
+	var wantRule atomic.Bool
+	rule := netwatch.Rule{Family: netwatch.IPv4, Priority: 940, Action: netwatch.ActionToTable, Table: 940}
+	buildFirst := func() (func(netwatch.View) (reconcile.Desired, bool), error) {
+		return func(netwatch.View) (reconcile.Desired, bool) {
+			d := reconcile.Desired{Own: reconcile.Own(940, 940)}
+			if wantRule.Load() {
+				d.Rules = []netwatch.Rule{rule}
+			}
+			return d, true
+		}, nil
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	first := &Program{Name: "pin", Table: 940, Priority: 940}
+	first := &Program{Name: "pin", Table: 940, Priority: 940, Reconciler: &reconcile.Reconciler{}}
 	var logs netwatchtest.SyncBuffer
 	done := make(chan int, 1)
-	go func() { done <- first.Run(ctx, []string{"--netns", ns.Path()}, &logs, &logs, build) }()
+	go func() { done <- first.Run(ctx, []string{"--netns", ns.Path()}, &logs, &logs, buildFirst) }()
 	netwatchtest.WaitLog(t, &logs, "pin: started", 1)
 	for _, c := range []struct {
 		name string
 		args []string
+		code int
 		want string
 	}{
-		{"pin", []string{"--table=940", "--priority=941"}, "pin: table 940 in this network namespace is kept (with priority 940) by another pin (pid "},
-		{"bypass", []string{"--table=941", "--priority=940"}, "bypass: priority 940 in this network namespace is kept (with table 940) by pin (pid "},
-		{"pin", []string{"once"}, "pin: table 940 and priority 940 in this network namespace are kept by another pin"},
-		{"pin", []string{"cleanup"}, "are kept by another pin"},
+		{"pin", []string{"--table=940", "--priority=941"}, 1, "pin: table 940 in this network namespace is kept (with priority 940) by another pin (pid "},
+		{"bypass", []string{"--table=941", "--priority=940"}, 1, "bypass: priority 940 in this network namespace is kept (with table 940) by pin (pid "},
+		{"pin", []string{"once"}, 1, "pin: table 940 and priority 940 in this network namespace are kept by another pin"},
+		{"pin", []string{"cleanup"}, 0, "; it has nothing left that cleanup would remove"},
 	} {
 		second := &Program{Name: c.name, Table: 940, Priority: 940}
 		var out strings.Builder
 		rc := second.Run(context.Background(), append(c.args, "--netns", ns.Path()), &out, &out, build)
-		if rc != 1 || !strings.Contains(out.String(), c.want) || strings.Count(out.String(), "\n") != 1 {
-			t.Errorf("%s %v beside a running pin: exit %d, %q; want 1 and one line containing %q", c.name, c.args, rc, out.String(), c.want)
+		if rc != c.code || !strings.Contains(out.String(), c.want) || strings.Count(out.String(), "\n") != 1 {
+			t.Errorf("%s %v beside a running pin: exit %d, %q; want %d and one line containing %q", c.name, c.args, rc, out.String(), c.code, c.want)
 		}
+	}
+	wantRule.Store(true)
+	first.Reconciler.Trigger()
+	netwatchtest.WaitLog(t, &logs, "lookup 940", 1)
+	var out strings.Builder
+	rc := (&Program{Name: "pin", Table: 940, Priority: 940}).Run(context.Background(), []string{"cleanup", "--netns", ns.Path()}, &out, &out, build)
+	if want := "it would put back at once the 1 routes and rules cleanup would remove, so nothing was removed: stop it first"; rc != 1 || !strings.Contains(out.String(), want) || strings.Count(out.String(), "\n") != 1 {
+		t.Errorf("cleanup beside a pin that owns a rule: exit %d, %q; want 1 and one line containing %q", rc, out.String(), want)
 	}
 	cancel()
 	if rc := <-done; rc != 0 {
 		t.Fatalf("first: exit %d\n%s", rc, &logs)
 	}
+	if !strings.Contains(logs.String(), "pin: stopped; routes and rules stay in place") {
+		t.Errorf("first's log lacks its stop:\n%s", &logs)
+	}
+	out.Reset()
 	second := &Program{Name: "pin", Table: 940, Priority: 941}
-	var out strings.Builder
 	if rc := second.Run(context.Background(), []string{"once", "--netns", ns.Path()}, &out, &out, build); rc != 0 {
 		t.Errorf("once after the first stopped: exit %d, %q", rc, out.String())
 	}

@@ -4,47 +4,58 @@ package program
 
 import (
 	"context"
-	"errors"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
 // TestProgramRefuses: a command line that would burn a core (--resync=1ns,
 // issue 38 PF2) or own what Cilium or Tailscale keep (issue 38 PS1: a
 // program removed Cilium's "fwmark 0x200/0xf00 lookup 2004") exits 2 with
-// one line, before the policy is built; AllowShared lets the program own
-// a shared table or priority.
+// one line, before anything runs; AllowShared lets the program own a
+// shared table or priority, and build may set it (the agent's
+// --allow-shared). The rest runs plan on a fake kernel: exit 0, nothing
+// to print.
 func TestProgramRefuses(t *testing.T) {
-	built := errors.New("built")
-	build := func() (func(netwatch.View) (reconcile.Desired, bool), error) { return nil, built }
+	k := netwatchtest.New()
+	t.Cleanup(func() { k.Close() })
 	for _, tt := range []struct {
 		args   string
 		allow  bool
-		want   string // the one line, or "built" when it got as far as build
+		want   string // the one line; "" for none
 		wantRC int
 	}{
 		{"--resync=1ns", false, "p: --resync 1ns: below the floor of 10s (0 disables it)", 2},
 		{"--resync=9s", false, "below the floor of 10s", 2},
-		{"--resync=10s", false, "built", 2},
-		{"--resync=0", false, "built", 2},
+		{"--resync=10s", false, "", 0},
+		{"--resync=0", false, "", 0},
 		{"--table=2004", false, "p: Cilium's table 2004: p would remove what is there; choose another", 2},
 		{"--table=52", false, "Tailscale's table 52", 2},
 		{"--priority=100", false, "Cilium's rule priority 100", 2},
 		{"--priority=5240", false, "Tailscale's rule priority 5240", 2},
-		{"--table=2004 --priority=100", true, "built", 2},
-		{"--table=2006 --priority=101", false, "built", 2},
+		{"--table=2004 --priority=100", true, "", 0},
+		{"--table=2006 --priority=101", false, "", 0},
 	} {
 		t.Run(tt.args, func(t *testing.T) {
-			p := &Program{Name: "p", Table: 900, Priority: 900, AllowShared: tt.allow}
+			p := &Program{Name: "p", Table: 900, Priority: 900, NetNS: k.NetNS()}
+			build := func() (func(netwatch.View) (reconcile.Desired, bool), error) {
+				p.AllowShared = tt.allow
+				own := reconcile.Own(p.Table, p.Priority)
+				return func(netwatch.View) (reconcile.Desired, bool) { return reconcile.Desired{Own: own}, true }, nil
+			}
 			var out strings.Builder
-			rc := p.Run(context.Background(), strings.Fields(tt.args), &out, &out, build)
-			if rc != tt.wantRC || !strings.Contains(out.String(), tt.want) || strings.Count(out.String(), "\n") != 1 {
-				t.Errorf("exit %d, output %q; want %d and one line containing %q", rc, out.String(), tt.wantRC, tt.want)
+			rc := p.Run(context.Background(), append([]string{"plan"}, strings.Fields(tt.args)...), &out, &out, build)
+			lines := 1
+			if tt.want == "" {
+				lines = 0
+			}
+			if rc != tt.wantRC || !strings.Contains(out.String(), tt.want) || strings.Count(out.String(), "\n") != lines {
+				t.Errorf("exit %d, output %q; want %d and %d line containing %q", rc, out.String(), tt.wantRC, lines, tt.want)
 			}
 		})
 	}
