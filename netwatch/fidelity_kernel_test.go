@@ -29,7 +29,7 @@ func fidelityNS(t *testing.T) (*testNS, *Watcher, *Applier) {
 		ns.ip(t, cmd...)
 	}
 	w := startWatcher(t, Options{NetNS: fakeNetNS(ns.dialer())})
-	waitSynced(t, w, 5*time.Second)
+	waitSynced(t, w, 2*time.Minute)
 	a, err := DialApplier(fakeNetNS(ns.dialer()))
 	if err != nil {
 		t.Fatal(err)

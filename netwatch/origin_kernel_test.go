@@ -78,7 +78,7 @@ func TestKernelOrigins(t *testing.T) {
 	ns.ip(t, "link", "set", "eth1", "up")
 	ns.ip(t, "addr", "add", "10.0.0.5/24", "dev", "eth0")
 	w := startWatcher(t, Options{NetNS: fakeNetNS(ns.dialer())})
-	waitSynced(t, w, 5*time.Second)
+	waitSynced(t, w, 2*time.Minute)
 	sub := w.Subscribe(4096, nil)
 	defer sub.Close()
 	ip := startBatchIP(t, ns)

@@ -17,7 +17,7 @@ import (
 func TestKernelHotRuleDeleter(t *testing.T) {
 	ns := newTestNS(t)
 	w := startWatcher(t, Options{NetNS: fakeNetNS(ns.dialer())})
-	waitSynced(t, w, 5*time.Second)
+	waitSynced(t, w, 2*time.Minute)
 	ap, err := DialApplier(fakeNetNS(ns.dialer()))
 	if err != nil {
 		t.Fatal(err)
@@ -40,9 +40,11 @@ func TestKernelHotRuleDeleter(t *testing.T) {
 			}
 		}
 	}()
-	end := time.Now().Add(2 * time.Second)
+	// 50 adds against the deleting ip, however long a busy machine takes
+	// for them; two minutes is only a hang's.
+	end := time.Now().Add(2 * time.Minute)
 	adds := 0
-	for time.Now().Before(end) {
+	for adds < 50 && time.Now().Before(end) {
 		ch := w.nextChange()
 		has := false
 		w.Read(func(v View) {
@@ -65,8 +67,8 @@ func TestKernelHotRuleDeleter(t *testing.T) {
 	in.Close()
 	cmd.Process.Kill()
 	cmd.Wait()
-	if adds < 10 {
-		t.Errorf("only %d adds in 2 s: the cache stopped following the rule", adds)
+	if adds < 50 {
+		t.Errorf("only %d adds in 2 min: the cache stopped following the rule", adds)
 	}
 	waitConverged(t, w, ns, 5*time.Second, "after the fight")
 }

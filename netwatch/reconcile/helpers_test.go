@@ -38,7 +38,7 @@ func fakeHost(t *testing.T) (*netwatchtest.Kernel, uint32) {
 }
 
 // startWatcher runs a watcher of k (nil: of opts.NetNS) with opts until the
-// test ends; Run must return nil within a second of that.
+// test ends; Run must return nil then (a minute: only a hang).
 func startWatcher(t *testing.T, k *netwatchtest.Kernel, opts netwatch.Options) *netwatch.Watcher {
 	t.Helper()
 	if k != nil {
@@ -52,7 +52,7 @@ func startWatcher(t *testing.T, k *netwatchtest.Kernel, opts netwatch.Options) *
 }
 
 // runUntilCleanup runs run(ctx) until the test ends, then cancels it: run
-// must return nil within a second.
+// must return nil (a minute: only a hang).
 func runUntilCleanup(t *testing.T, ctx context.Context, cancel func(), run func(context.Context) error) {
 	done := make(chan error, 1)
 	go func() { done <- run(ctx) }()
@@ -63,8 +63,8 @@ func runUntilCleanup(t *testing.T, ctx context.Context, cancel func(), run func(
 			if err != nil {
 				t.Errorf("Run: %v", err)
 			}
-		case <-time.After(time.Second):
-			t.Errorf("Run did not return within 1 s of cancellation")
+		case <-time.After(time.Minute): // only a hang: a busy machine under -race takes its time
+			t.Errorf("Run did not return within a minute of cancellation")
 			<-done
 		}
 	})
