@@ -5,12 +5,12 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"sync"
-	"sync/atomic"
+	"os"
 	"time"
 
 	"github.com/marksplit/marksplit/internal/ciliumnode"
@@ -25,20 +25,10 @@ import (
 
 // Timeouts of the one-shot commands.
 const (
-	// readyTimeout bounds the first sync and, with --encryption=auto, the
-	// first good read of the CiliumNode.
+	// readyTimeout bounds the wait of once, plan and verify for their
+	// inputs: with --encryption=auto, the first good read of the
+	// CiliumNode (program.Program bounds the rest).
 	readyTimeout = 30 * time.Second
-	// convergeTimeout bounds how long once or cleanup goes without a
-	// change: the wait for a pass to be planned, or for its next change.
-	// A pass over a full table takes seconds of changes (100,000 routes:
-	// 4 s, and more on a busy node), which no fixed bound would fit; and a
-	// slow node may take seconds between two chunks of it (5 s was reached
-	// in a loaded 6.1 guest). A minute, as netwatch/program's once: only a
-	// hang reaches it.
-	convergeTimeout = time.Minute
-	// stopTimeout bounds the shutdown after SIGTERM: the process exits
-	// within 5 s even if something hangs.
-	stopTimeout = 3 * time.Second
 )
 
 // serviceAccountDirEnv overrides the service-account directory, for tests
@@ -54,54 +44,134 @@ func newLogger(w io.Writer, format string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, nil))
 }
 
-// execute runs the parsed command and returns the exit code.
-func execute(ctx context.Context, o options, stdout, stderr io.Writer) int {
-	log := newLogger(stderr, o.logFormat)
+// run is the agent: a program.Program around the mark-split policy, the
+// encryption mode and the peers, and the agent's servers. It returns the
+// exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	// SIGINT or SIGTERM stops the agent; a second one, at once.
+	ctx, stop := program.SignalContext("marksplit")
+	defer stop()
+	var o options
+	a := newAgent(&o, os.Getenv, stderr)
+	return a.p.Run(ctx, args, stdout, stderr, a.build)
+}
+
+// agent is one run of the agent's Program: its options, and what build
+// made of them for Start.
+type agent struct {
+	p      *program.Program
+	o      *options
+	getenv func(string) string
+	stderr io.Writer
+	log    *slog.Logger
+	srcs   *sources
+	l      *loop
+	stdout io.Writer // Start's Session's: where once prints its own lines
+}
+
+// newAgent is the agent's Program, with its flags filling o.
+func newAgent(o *options, getenv func(string) string, stderr io.Writer) *agent {
+	def := mtupolicy.DefaultConfig()
+	*o = options{policy: def}
+	p := &program.Program{Name: "marksplit", Version: version, Usage: usage, Help: helpText,
+		Table: reconcile.OwnTable(def.Table), Priority: reconcile.OwnPriority(def.Priority), Protocol: reconcile.OwnProtocol(def.Protocol),
+		Resync: defaultResync, Cache: []netwatch.Table{netwatch.TableMain}}
+	agentFlags(p.Flags(), o, getenv)
+	a := &agent{p: p, o: o, getenv: getenv, stderr: stderr}
+	p.Commands = []program.Command{
+		{Name: cmdVerify, Usage: verifyUsage, Watch: true,
+			Flags: func(fs *flag.FlagSet) { verifyFlags(fs, o) },
+			Run:   func(_ context.Context, s *program.Session) error { return runVerify(*o, s, a.l) }},
+		{Name: cmdHealth, Usage: healthUsage,
+			Flags: func(fs *flag.FlagSet) { healthFlags(fs, o) },
+			Run:   func(_ context.Context, s *program.Session) error { return runHealth(*o, s.Stdout) }},
+	}
+	p.Start = a.start
+	return a
+}
+
+// check completes the options from the Program's and checks them.
+func (a *agent) check() error {
+	o, p := a.o, a.p
+	o.cmd = p.Command()
+	o.policy.Table, o.policy.Priority, o.policy.Protocol = netwatch.Table(p.Table), uint32(p.Priority), netwatch.Protocol(p.Protocol)
+	if o.cmd == cmdHealth {
+		return nil
+	}
+	if err := o.check(p.Flags(), a.getenv); err != nil {
+		return err
+	}
+	p.AllowShared = o.allowShared
+	if o.cmd == cmdRun && p.Flags().Lookup("netns").Value.String() != "" {
+		return usageErrorf("--netns: run works in the network namespace it runs in, whose path MTUs, counters and probes it also reads (ip netns exec NAME marksplit run …)")
+	}
+	return nil
+}
+
+// build checks the command line, sets the Program's log, and makes the
+// sources and the loop; the policy is the loop's.
+func (a *agent) build() (func(netwatch.View) (reconcile.Desired, bool), error) {
+	o, p := a.o, a.p
+	if err := a.check(); err != nil || o.cmd == cmdHealth {
+		return nil, err
+	}
+	a.log = newLogger(a.stderr, o.logFormat)
+	p.Logger = a.log
 	if soft := setMemoryLimit(); soft > 0 {
-		log.Debug("memory: Go's soft limit set from the memory cgroup's", "bytes", soft)
+		a.log.Debug("memory: Go's soft limit set from the memory cgroup's", "bytes", soft)
 	}
 	var err error
-	switch o.cmd {
+	if a.srcs, err = newSources(*o, a.log); err != nil {
+		return nil, err
+	}
+	a.l = newLoop(nil, nil, o.policy, o.cmd == cmdCleanup, a.log, a.emit, nil)
+	a.l.pmtu = pathmtu.NewStore(o.pathMTU)
+	if o.cmd == cmdOnce {
+		// Program prints each change of once; the loop's own lines
+		// ("node encryption: no") go there through emit.
+		a.l.repairs = newRepairLog(func(string) {})
+	}
+	if cm := o.uninstallConfigMap; cm != "" {
+		p.StopHolder = fmt.Sprintf("switch it off first (docs/operations.md, \"Uninstall\": kubectl -n kube-system create configmap %s) or stop it", cm)
+	}
+	p.Reconciler = a.l.r
+	return a.l.r.Policy, nil
+}
+
+// emit is the loop's line: logged with run, printed with once; plan and
+// verify say only what they were asked.
+func (a *agent) emit(line string) {
+	switch a.o.cmd {
 	case cmdRun:
-		err = runAgent(ctx, o, log)
-	case cmdOnce, cmdCleanup:
-		err = runOnce(ctx, o, stdout, stderr, log)
-	case cmdPlan:
-		err = runPlan(ctx, o, stdout, log)
-	case cmdVerify:
-		err = runVerify(ctx, o, stdout, log)
-	}
-	var ue *usageError
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "marksplit: %v\n", err)
-		return exitUsage
-	}
-	log.Error(o.cmd + " failed: " + err.Error())
-	return exitFailure
-}
-
-// group runs goroutines and waits for them, at most for a while.
-type group struct{ wg sync.WaitGroup }
-
-func (g *group) Go(fn func()) { g.wg.Go(fn) }
-
-// wait waits for the goroutines, for at most d; it reports whether they
-// all ended.
-func (g *group) wait(d time.Duration) bool {
-	done := make(chan struct{})
-	go func() { g.wg.Wait(); close(done) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
+		a.log.Info(line)
+	case cmdOnce:
+		fmt.Fprintln(a.stdout, textsafe.Terminal(line))
 	}
 }
+
+// start starts the sources and, with run, the agent's servers. once, plan
+// and verify wait for the inputs their command needs, readyTimeout at most.
+func (a *agent) start(ctx context.Context, s *program.Session) (func(context.Context) error, error) {
+	a.stdout = s.Stdout
+	if s.Command != cmdRun {
+		known := a.srcs.start(ctx, s, a.l)
+		what := a.srcs.waiting()
+		return func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+			defer cancel()
+			select {
+			case <-known:
+				return nil
+			case <-ctx.Done():
+				return fmt.Errorf("%s within %s (see the log)", what, readyTimeout)
+			}
+		}, nil
+	}
+	return nil, a.startRun(ctx, s)
+}
+
+// goer runs goroutines: a program.Session, or a test's group.
+type goer interface{ Go(func()) }
 
 // modeSource reports the encryption mode: static, or from the CiliumNode.
 type modeSource struct {
@@ -144,33 +214,15 @@ func (m *modeSource) run(ctx context.Context, report func(mtupolicy.Mode)) {
 	})
 }
 
-func newWatcher(o options, log *slog.Logger) *netwatch.Watcher {
-	return netwatch.New(netwatch.Options{
-		RouteTables: []netwatch.Table{netwatch.TableMain, o.policy.Table},
-		Logger:      log,
-	})
-}
-
-// runAgent is `marksplit run`.
-func runAgent(ctx context.Context, o options, log *slog.Logger) error {
-	lk, err := program.Claim(nil, "marksplit", reconcile.OwnTable(o.policy.Table), reconcile.OwnPriority(o.policy.Priority))
-	if err != nil {
-		return err
-	}
-	defer lk.Release()
-	if w := lk.Warning(); w != "" {
-		log.Warn(w)
-	}
-	srcs, err := newSources(o, log)
-	if err != nil {
-		return err
-	}
-	ap, err := netwatch.DialApplier(nil)
-	if err != nil {
-		return err
-	}
-	defer ap.Close()
+// startRun is the rest of `marksplit run`: the health socket, the
+// metrics and their servers, the path MTU's prober and learner, Events
+// and the Node condition, started on s once the Program has claimed the
+// table and the priority and its watcher runs.
+func (a *agent) startRun(ctx context.Context, s *program.Session) error {
+	o, l, srcs, log := *a.o, a.l, a.srcs, a.log
+	w := s.Watcher
 	var hln *net.UnixListener
+	var err error
 	if o.healthSocket != "" {
 		if hln, err = listenHealth(o.healthSocket); err != nil {
 			return err
@@ -180,10 +232,8 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	w := newWatcher(o, log)
 	met := newMetrics(w, o.policy, srcs.requests, snmpPath)
-	l := newLoop(w, ap, o.policy, false, log, func(line string) { log.Info(line) }, met)
-	l.pmtu = pathmtu.NewStore(o.pathMTU)
+	l.met = met
 	met.addPeers(l, srcs.peers)
 	var pr *prober
 	if o.policy.Peers {
@@ -235,34 +285,24 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		log.Warn("metrics, /healthz and /readyz listen on " + metricsAt + ", beyond loopback: whoever reaches this node there can read them (the DaemonSet's probes need only 127.0.0.1)")
 	}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var g group
-	var watching atomic.Bool
-	watching.Store(true)
-	g.Go(func() {
-		defer watching.Store(false)
-		w.Run(ctx)
-	})
-	srcs.start(ctx, &g, l)
+	srcs.start(ctx, s, l)
 	if pr != nil {
-		pr.run(ctx, &g)
+		pr.run(ctx, s)
 	}
 	if o.policy.Peers && o.pathLearn {
 		lr := newLearner(l)
-		g.Go(func() { lr.run(ctx) })
+		s.Go(func() { lr.run(ctx) })
 	}
 	if l.ev != nil {
-		g.Go(func() { l.ev.rec.Run(ctx) })
+		s.Go(func() { l.ev.rec.Run(ctx) })
 	}
 	if cond != nil {
-		g.Go(func() { cond.Run(ctx) })
+		s.Go(func() { cond.Run(ctx) })
 	}
+	// A watcher that stops ends the agent (program.Program), so the
+	// cache it answers from is running while it answers.
 	healthy := func() error {
-		switch {
-		case !watching.Load():
-			return errors.New("the rtnetlink watcher is not running")
-		case !w.Stats().Synced:
+		if !w.Stats().Synced {
 			return errors.New("the rtnetlink cache is not synced")
 		}
 		return nil
@@ -281,10 +321,10 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		return nil
 	}
 	if hln != nil {
-		g.Go(func() { serveHealth(ctx, hln, healthy, ready, l.pathAnswer, log) })
+		s.Go(func() { serveHealth(ctx, hln, healthy, ready, l.pathAnswer, log) })
 	}
 	if o.metricsAddr != "" {
-		g.Go(func() {
+		s.Go(func() {
 			if ln == nil {
 				ln = listenRetry(ctx, "metrics-addr", o.metricsAddr, met.listenFailed.WithLabelValues("metrics"), log)
 			}
@@ -294,172 +334,7 @@ func runAgent(ctx context.Context, o options, log *slog.Logger) error {
 		})
 	}
 	if sec.addr() != "off" {
-		g.Go(func() { serveSecure(ctx, sec, met, log) })
-	}
-	l.r.Run(ctx)
-	cancel()
-	if !g.wait(stopTimeout) {
-		log.Warn("stopping without waiting any longer for the watcher, the CiliumNode reader or the metrics server")
-	}
-	log.Info("stopped; routes and rules stay in place")
-	return nil
-}
-
-// oneShot is the setup once, cleanup, plan and verify share: a synced
-// watcher and, when the command needs it, a known mode.
-type oneShot struct {
-	w      *netwatch.Watcher
-	l      *loop
-	cancel context.CancelFunc
-	g      group
-}
-
-func startOneShot(ctx context.Context, o options, ap *netwatch.Applier, emit func(string), log *slog.Logger) (*oneShot, error) {
-	s := &oneShot{w: newWatcher(o, log)}
-	s.l = newLoop(s.w, ap, o.policy, o.cmd == cmdCleanup, log, emit, nil)
-	s.l.pmtu = pathmtu.NewStore(o.pathMTU)
-	srcs, err := newSources(o, log)
-	if err != nil {
-		return nil, err
-	}
-	ctx, s.cancel = context.WithCancel(ctx)
-	s.g.Go(func() { s.w.Run(ctx) })
-	known := srcs.start(ctx, &s.g, s.l)
-	if err := s.waitReady(ctx, known, srcs.waiting(), readyTimeout); err != nil {
-		s.stop()
-		return nil, err
-	}
-	return s, nil
-}
-
-// waitReady waits until the watcher is synced and the inputs known; what
-// says what is missing when they are not.
-func (s *oneShot) waitReady(ctx context.Context, known <-chan struct{}, what string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if err := s.w.WaitSynced(ctx); err != nil {
-		return fmt.Errorf("the rtnetlink cache did not sync within %s", timeout)
-	}
-	select {
-	case <-known:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%s within %s (see the log)", what, timeout)
-	}
-}
-
-func (s *oneShot) stop() {
-	s.cancel()
-	s.g.wait(stopTimeout)
-}
-
-// runOnce is `marksplit once` and `marksplit cleanup`: passes until one
-// finds nothing to do, each change printed.
-func runOnce(ctx context.Context, o options, stdout, stderr io.Writer, log *slog.Logger) error {
-	lk, err := program.Claim(nil, "marksplit", reconcile.OwnTable(o.policy.Table), reconcile.OwnPriority(o.policy.Priority))
-	var held *program.HeldError
-	switch {
-	case err == nil:
-		defer lk.Release()
-		if w := lk.Warning(); w != "" {
-			log.Warn(w)
-		}
-	case o.cmd == cmdCleanup && errors.As(err, &held):
-		return cleanupBesideAgent(ctx, o, stderr, held, log)
-	default:
-		return err
-	}
-	ap, err := netwatch.DialApplier(nil)
-	if err != nil {
-		return err
-	}
-	defer ap.Close()
-	var stall atomic.Pointer[time.Timer] // reset by every change
-	s, err := startOneShot(ctx, o, ap, func(line string) {
-		if t := stall.Load(); t != nil {
-			t.Reset(convergeTimeout)
-		}
-		fmt.Fprintln(stdout, textsafe.Terminal(line))
-	}, log)
-	if err != nil {
-		return err
-	}
-	defer s.stop()
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	t := time.AfterFunc(convergeTimeout, func() { cancel(fmt.Errorf("no change for %s", convergeTimeout)) })
-	defer t.Stop()
-	stall.Store(t)
-	return s.l.r.Once(ctx)
-}
-
-// cleanupBesideAgent is cleanup when a running agent holds the table or
-// the priority: it never removes anything there, as the agent would put it
-// back at once (and take the cleanup for a fight). It changes nothing and
-// succeeds when the agent has already removed everything (the uninstall
-// switch is on, or it runs with --encryption=off), and is refused otherwise.
-func cleanupBesideAgent(ctx context.Context, o options, stderr io.Writer, held *program.HeldError, log *slog.Logger) error {
-	s, err := startOneShot(ctx, o, nil, func(string) {}, log)
-	if err != nil {
-		return err
-	}
-	defer s.stop()
-	ops, _, err := s.plan()
-	if err != nil {
-		return err
-	}
-	if len(ops) == 0 {
-		fmt.Fprintf(stderr, "marksplit: note: %v; it has nothing left that cleanup would remove\n", held)
-		return nil
-	}
-	cm := o.uninstallConfigMap
-	if cm == "" {
-		cm = defaultUninstallConfigMap
-	}
-	return fmt.Errorf("%w; it would put back at once the %d routes and rules cleanup would remove, so nothing was removed: switch it off first (docs/operations.md, \"Uninstall\": kubectl -n kube-system create configmap %s) or stop it", held, len(ops), cm)
-}
-
-// plan is what a pass would do now (cleanup's pass, for cleanup); lines
-// describes each operation.
-func (s *oneShot) plan() (ops []netwatch.Op, lines []string, err error) {
-	ok := false
-	s.w.Read(func(v netwatch.View) {
-		var d reconcile.Desired
-		if d, ok = s.l.r.Policy(v); !ok {
-			return
-		}
-		if ops, err = reconcile.Plan(v, d); err != nil {
-			return
-		}
-		for _, op := range ops {
-			lines = append(lines, op.Describe(v.Link))
-		}
-	})
-	switch {
-	case err != nil:
-		return nil, nil, err
-	case !ok:
-		return nil, nil, errNoPlan
-	}
-	return ops, lines, nil
-}
-
-// runPlan is `marksplit plan`: the operations, one per line, kind first.
-func runPlan(ctx context.Context, o options, stdout io.Writer, log *slog.Logger) error {
-	s, err := startOneShot(ctx, o, nil, func(string) {}, log)
-	if err != nil {
-		return err
-	}
-	defer s.stop()
-	ops, lines, err := s.plan()
-	if err != nil {
-		return err
-	}
-	for i, op := range ops {
-		fmt.Fprintf(stdout, "%-13s %s\n", opKindLabel(op), textsafe.Terminal(lines[i]))
+		s.Go(func() { serveSecure(ctx, sec, met, log) })
 	}
 	return nil
 }
-
-// errNoPlan is the error of plan when the policy cannot tell.
-var errNoPlan = errors.New("nothing planned: the policy cannot tell yet")

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"regexp"
@@ -16,7 +15,6 @@ import (
 	"github.com/marksplit/marksplit/internal/pathmtu"
 	"github.com/marksplit/marksplit/mtupolicy"
 	"github.com/marksplit/marksplit/netwatch"
-	"github.com/marksplit/marksplit/netwatch/program"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
@@ -27,6 +25,7 @@ const (
 	cmdPlan    = "plan"
 	cmdCleanup = "cleanup"
 	cmdVerify  = "verify"
+	cmdHealth  = "health"
 )
 
 // The values of --encryption.
@@ -67,9 +66,9 @@ type options struct {
 	logFormat               string     // "text" or "json"
 	peer                    netip.Addr // verify only
 	verifyJSON              bool       // verify --json: one JSON object (verify_linux.go)
-	version                 bool
-	allowShared             bool // own a table or priority a known program uses
-	noEvents                bool // --events=false: no Kubernetes Events on the Node
+	ready                   bool       // health --ready
+	allowShared             bool       // own a table or priority a known program uses
+	noEvents                bool       // --events=false: no Kubernetes Events on the Node
 	// uninstallConfigMap names the uninstall switch; "" for none.
 	uninstallConfigMap string
 	nodeCondition      string // the Node condition's type; "" for none (condition_linux.go)
@@ -102,134 +101,94 @@ func usageErrorf(format string, args ...any) error {
 	return &usageError{fmt.Sprintf(format, args...)}
 }
 
-// usageText is what -h prints before the flags.
-const usageText = `marksplit keeps host traffic to the private node network at the tunnel MTU
+// usage is the first line of --help after the subcommands; helpText
+// follows the subcommands.
+const (
+	usage    = "(--peers=auto | --prefix CIDR | --underlay-link LINK | --wireguard-link LINK)"
+	helpText = `marksplit keeps host traffic to the private node network at the tunnel MTU
 while the tunnel's own marked packets keep the interface MTU.
-
-Usage:
-  marksplit [run]   [flags]   reconcile continuously until SIGTERM/SIGINT
-  marksplit once    [flags]   one pass: apply, print each change, exit 0 when converged
-  marksplit plan    [flags]   print the operations a pass would make; change nothing
-  marksplit cleanup [flags]   remove every route and rule the agent owns
-  marksplit verify --peer ADDR [flags]
-                              ask the kernel for ADDR without and with the mark; exit 0
-                              only when the split is in place (with --peers=auto: for a
-                              peer's address; any other address must not be split)
-  marksplit health [--ready] [--health-socket PATH]
-                              ask the running agent whether it is alive and synced
-                              (--ready: whether a pass converged); exit 0 when it is
 
 One of --peers=auto, --prefix, --underlay-link or --wireguard-link is required.
 --wireguard-link (a WireGuard mesh without Cilium: the device's peers) goes
 alone, and needs no API. --peers=auto
 (from every CiliumNode: exactly the encrypting peers) needs the Kubernetes API
-and goes alone; --prefix and --underlay-link (which may be combined) do not.
+and goes alone; --prefix and --underlay-link (which may be combined) do not.`
+	verifyUsage = `--peer ADDR  ask the kernel for ADDR without and with the mark; exit 0
+only when the split is in place (with --peers=auto: for a peer's address;
+any other address must not be split)`
+	healthUsage = `[--ready]  ask the running agent over --health-socket whether it is
+alive and synced (--ready: whether a pass converged); exit 0 when it is`
+)
 
-Flags:
-`
-
-// parseArgs parses the command line (without the program name). getenv
-// supplies $NODE_NAME. A bad command line is a *usageError; -h is
-// flag.ErrHelp, after the usage went to help.
-func parseArgs(args []string, getenv func(string) string, help io.Writer) (options, error) {
-	o := options{cmd: cmdRun, policy: mtupolicy.DefaultConfig()}
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		o.cmd, args = args[0], args[1:]
-		switch o.cmd {
-		case cmdRun, cmdOnce, cmdPlan, cmdCleanup, cmdVerify:
-		case "help":
-			fmt.Fprint(help, usageText)
-			fs := newFlagSet(&options{cmd: cmdVerify, policy: mtupolicy.DefaultConfig()}, getenv)
-			program.PrintFlags(help, fs)
-			return o, flag.ErrHelp
-		default:
-			return o, usageErrorf("unknown command %q (want run, once, plan, cleanup or verify)", o.cmd)
-		}
-	}
-	fs := newFlagSet(&o, getenv)
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(help, usageText)
-			program.PrintFlags(help, fs)
-			return o, err
-		}
-		return o, usageErrorf("%s", program.FlagError(err))
-	}
-	if fs.NArg() > 0 {
-		if a := fs.Arg(0); !strings.HasPrefix(a, "-") && isCommand(a) {
-			return o, usageErrorf("unexpected argument %q: the command comes first (marksplit %s [flags])", a, a)
-		}
-		return o, usageErrorf("unexpected argument %q", fs.Arg(0))
-	}
-	if o.version {
-		return o, nil
-	}
+// check checks the parsed command line of o.cmd, whose flags are fs.
+// getenv supplies $KUBERNETES_SERVICE_HOST. A bad command line is a
+// *usageError.
+func (o *options) check(fs *flag.FlagSet, getenv func(string) string) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if err := checkMesh(&o, set); err != nil {
-		return o, err
+	if err := checkMesh(o, set); err != nil {
+		return err
 	}
 	switch {
 	case !o.policy.Peers && !o.policy.Mesh && len(o.policy.Prefixes) == 0 && o.policy.UnderlayLink == "":
-		return o, usageErrorf("one of --peers=auto, --prefix, --underlay-link or --wireguard-link is required")
+		return usageErrorf("one of --peers=auto, --prefix, --underlay-link or --wireguard-link is required")
 	case o.policy.Peers && (len(o.policy.Prefixes) > 0 || o.policy.UnderlayLink != ""):
-		return o, usageErrorf("--peers=auto chooses what to split by itself: give it without --prefix and --underlay-link")
+		return usageErrorf("--peers=auto chooses what to split by itself: give it without --prefix and --underlay-link")
 	}
 	if len(o.pathMTU) > 0 && !o.policy.Peers && !o.policy.Mesh {
-		return o, usageErrorf("--path-mtu sets the MTU of each peer's host route: it needs --peers=auto (or --wireguard-link: by the peer's endpoint)")
+		return usageErrorf("--path-mtu sets the MTU of each peer's host route: it needs --peers=auto (or --wireguard-link: by the peer's endpoint)")
 	}
 	if err := o.policy.Validate(); err != nil {
-		return o, usageErrorf("%s", strings.TrimPrefix(err.Error(), "mtupolicy: "))
+		return usageErrorf("%s", strings.TrimPrefix(err.Error(), "mtupolicy: "))
 	}
 	for _, n := range []string{reconcile.OwnTable(o.policy.Table).Shared(), reconcile.OwnPriority(o.policy.Priority).Shared()} {
 		if n != "" && !o.allowShared {
-			return o, usageErrorf("%s: the agent would remove what is there; choose another, or add --allow-shared", n)
+			return usageErrorf("%s: the agent would remove what is there; choose another, or add --allow-shared", n)
 		}
 	}
 	if err := checkMetricsAddr("metrics-addr", o.metricsAddr); err != nil {
-		return o, usageErrorf("%s", err)
+		return usageErrorf("%s", err)
 	}
 	if err := checkMetricsAddr("secure-metrics-addr", o.secureMetricsAddr); err != nil {
-		return o, usageErrorf("%s", err)
+		return usageErrorf("%s", err)
 	}
 	if (o.tlsCertFile == "") != (o.tlsKeyFile == "") {
-		return o, usageErrorf("--tls-cert-file and --tls-key-file go together (or neither: a self-signed certificate)")
+		return usageErrorf("--tls-cert-file and --tls-key-file go together (or neither: a self-signed certificate)")
 	}
 	if o.tlsCertFile != "" && o.secureMetricsAddr == "" {
-		return o, usageErrorf("--tls-cert-file and --tls-key-file are the certificate of --secure-metrics-addr: give it too (or neither)")
+		return usageErrorf("--tls-cert-file and --tls-key-file are the certificate of --secure-metrics-addr: give it too (or neither)")
 	}
 	if o.nodeName != "" && !(len(o.nodeName) <= 253 && nodeNameRE.MatchString(o.nodeName)) {
-		return o, usageErrorf("--node-name %q: not a Kubernetes node name (lowercase letters, digits, '-' and '.', at most 253)", o.nodeName)
+		return usageErrorf("--node-name %q: not a Kubernetes node name (lowercase letters, digits, '-' and '.', at most 253)", o.nodeName)
 	}
 	if o.uninstallConfigMap != "" {
 		if err := kubewatch.ValidName(o.uninstallConfigMap); err != nil {
-			return o, usageErrorf("--uninstall-configmap: %v (or empty for no switch)", err)
+			return usageErrorf("--uninstall-configmap: %v (or empty for no switch)", err)
 		}
 	}
 	if err := kubewatch.ValidName(o.ciliumNamespace); err != nil {
-		return o, usageErrorf("--cilium-namespace: %v", err)
+		return usageErrorf("--cilium-namespace: %v", err)
 	}
 	if err := kubewatch.ValidName(o.ciliumConfigMap); err != nil {
-		return o, usageErrorf("--cilium-configmap: %v", err)
+		return usageErrorf("--cilium-configmap: %v", err)
 	}
-	if err := checkNodeCondition(o); err != nil {
-		return o, err
+	if err := checkNodeCondition(*o); err != nil {
+		return err
 	}
 	if o.cmd == cmdVerify && !o.peer.IsValid() {
-		return o, usageErrorf("verify needs --peer ADDR (an address on the split network, e.g. --peer 10.0.0.9)")
+		return usageErrorf("verify needs --peer ADDR (an address on the split network, e.g. --peer 10.0.0.9)")
 	}
 	if o.readsPeers() && o.nodeName == "" {
 		if getenv("KUBERNETES_SERVICE_HOST") == "" {
 			// Outside a pod both are missing: say both in the one line.
-			return o, usageErrorf("--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers, and the in-cluster API: not in a pod (no $KUBERNETES_SERVICE_HOST); run it in the agent's pod, or give --node-name, $KUBERNETES_SERVICE_HOST, $KUBERNETES_SERVICE_PORT and the token and CA in $MARKSPLIT_SERVICEACCOUNT_DIR (or use --prefix or --underlay-link)")
+			return usageErrorf("--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers, and the in-cluster API: not in a pod (no $KUBERNETES_SERVICE_HOST); run it in the agent's pod, or give --node-name, $KUBERNETES_SERVICE_HOST, $KUBERNETES_SERVICE_PORT and the token and CA in $MARKSPLIT_SERVICEACCOUNT_DIR (or use --prefix or --underlay-link)")
 		}
-		return o, usageErrorf("--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers")
+		return usageErrorf("--peers=auto needs --node-name or $NODE_NAME, to tell this node from its peers")
 	}
 	if o.usesMode() && o.encryption == encAuto && o.nodeName == "" {
-		return o, usageErrorf("--encryption=auto needs --node-name or $NODE_NAME (or use --encryption=on or off)")
+		return usageErrorf("--encryption=auto needs --node-name or $NODE_NAME (or use --encryption=on or off)")
 	}
-	return o, nil
+	return nil
 }
 
 // nodeNameRE matches a DNS-1123 subdomain, what a Kubernetes node (and its
@@ -242,23 +201,13 @@ func (o options) usesMode() bool {
 	return o.cmd == cmdRun || o.cmd == cmdOnce || o.cmd == cmdPlan
 }
 
-func isCommand(s string) bool {
-	switch s {
-	case cmdRun, cmdOnce, cmdPlan, cmdCleanup, cmdVerify:
-		return true
-	}
-	return false
-}
-
-// newFlagSet defines the flags of o.cmd on a new FlagSet that fills o.
-func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
-	fs := flag.NewFlagSet("marksplit "+o.cmd, flag.ContinueOnError)
+// agentFlags defines the agent's own flags on fs (the Program's holds
+// --table, --priority, --protocol, --netns, --resync and --version),
+// filling o; verifyFlags and healthFlags are those of verify and health.
+func agentFlags(fs *flag.FlagSet, o *options, getenv func(string) string) {
 	p := &o.policy
 	fs.Var((*reconcile.LinkName)(&p.TunnelLink), "tunnel-link", "the encrypting `link`; its live MTU is the MTU of the table's routes")
 	fs.Var(markValue{&p.Mark, &p.Mask}, "mark", "`mark/mask` that the rule inverts (not fwmark); the mask is required, both non-zero, the mark inside the mask")
-	// --table, --priority and --protocol, with the help every program
-	// built on program.Program shows.
-	program.OwnerFlags(fs, "the agent", (*reconcile.OwnTable)(&p.Table), (*reconcile.OwnPriority)(&p.Priority), (*reconcile.OwnProtocol)(&p.Protocol))
 	fs.Var((*reconcile.Prefixes)(&p.Prefixes), "prefix", "`CIDR` (repeatable): split main-table routes equal to or inside it")
 	fs.Var((*reconcile.LinkName)(&p.UnderlayLink), "underlay-link", "split main-table routes out of this `link` (never the default route)")
 	fs.Var(peersValue{&p.Peers}, "peers", "`auto`: give exactly the encrypting peer nodes (from every CiliumNode) the tunnel MTU, per InternalIP, through the main table's path to each; needs the API (empty: not set)")
@@ -274,7 +223,6 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.uninstallConfigMap, "uninstall-configmap", defaultUninstallConfigMap, "`name` of the uninstall switch: while a ConfigMap of this name exists in the pod's namespace ($POD_NAMESPACE), run, once and plan behave as --encryption=off; read only in a pod; empty disables")
 	o.logFormat = "text"
 	fs.Var(enumValue{&o.logFormat, []string{"text", "json"}}, "log-format", "log `format`: text or json")
-	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.BoolVar(&o.allowShared, "allow-shared", false, "own --table or --priority even where Cilium (tables 200-202, 2004, 2005; priorities 1, 8-10, 20, 100, 109-112) or Tailscale (table 52; priorities 5210-5270) keep theirs")
 	fs.Var(offValue{&o.noEvents}, "events", "record Kubernetes Events on the Node with run (a fight, failing passes, mode changes, the split installed or removed); needs the API from a pod and $NODE_NAME, else there are none; false disables")
 	fs.StringVar(&o.nodeCondition, "node-condition", "", "`type` of a condition run sets on its own Node: True when the split is in place or not needed, False with a reason (e.g. MarkSplitReady); needs the API from a pod and $NODE_NAME; empty disables")
@@ -291,11 +239,15 @@ func newFlagSet(o *options, getenv func(string) string) *flag.FlagSet {
 		return nil
 	})
 	fs.BoolVar(&o.pathLearn, "path-mtu-learn", true, "with --peers=auto and run: learn each peer's path MTU from the PMTU exceptions the kernel records from ICMP (read when the ICMP counters rise; kernel >= 5.3); false disables")
-	if o.cmd == cmdVerify {
-		fs.Var(addrValue{&o.peer}, "peer", "`address` to ask the kernel about (verify)")
-		fs.BoolVar(&o.verifyJSON, "json", false, "print one JSON object (the answers, the peer's path MTU, the verdict) instead of lines (verify)")
-	}
-	return fs
+}
+
+func verifyFlags(fs *flag.FlagSet, o *options) {
+	fs.Var(addrValue{&o.peer}, "peer", "`address` to ask the kernel about (verify)")
+	fs.BoolVar(&o.verifyJSON, "json", false, "print one JSON object (the answers, the peer's path MTU, the verdict) instead of lines (verify)")
+}
+
+func healthFlags(fs *flag.FlagSet, o *options) {
+	fs.BoolVar(&o.ready, "ready", false, "ask whether a pass converged (readiness), not whether the agent is alive and synced (health)")
 }
 
 // markValue is --mark: MARK or MARK/MASK, each decimal or 0x-hex. A mark

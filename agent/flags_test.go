@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -232,7 +234,7 @@ func TestHelpAndVersion(t *testing.T) {
 		if code := run(args, &stdout, &stderr); code != exitOK {
 			t.Errorf("%q: exit code %d, want 0", args, code)
 		}
-		if !strings.Contains(stdout.String(), "marksplit verify --peer ADDR") || !strings.Contains(stdout.String(), "\n  --underlay-link link\n") {
+		if !strings.Contains(stdout.String(), "\n  verify   --peer ADDR  ") || !strings.Contains(stdout.String(), "\n  --ready\n") || !strings.Contains(stdout.String(), "\n  --underlay-link link\n") {
 			t.Errorf("%q: stdout lacks the usage:\n%s", args, stdout.String())
 		}
 		if stderr.Len() != 0 {

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/marksplit/marksplit/internal/textsafe"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
@@ -151,37 +151,22 @@ func answerHealth(c net.Conn, healthy, ready func() error, pathMTU func(string) 
 }
 
 // runHealth is `marksplit health [--ready] [--health-socket PATH]`: it asks
-// the running agent, prints its answer and exits 0 when it is ok, 1 when not
-// or when no agent answers, 2 on a bad command line.
-func runHealth(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("marksplit health", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	readyQ := fs.Bool("ready", false, "ask whether a pass converged (readiness), not whether the agent is alive and synced")
-	path := fs.String("health-socket", defaultHealthSocket, "the running agent's health `socket`")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "marksplit: health: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
-	}
+// the running agent and prints "ok" when it is; else its error, the
+// agent's answer or why none came, makes the Program exit 1.
+func runHealth(o options, stdout io.Writer) error {
 	q := healthLive
-	if *readyQ {
+	if o.ready {
 		q = healthReady
 	}
-	answer, err := askHealth(*path, q, healthTimeout)
-	if err != nil {
-		fmt.Fprintf(stderr, "marksplit: health: %v\n", err)
-		return exitFailure
+	answer, err := askHealth(o.healthSocket, q, healthTimeout)
+	switch {
+	case err != nil:
+		return fmt.Errorf("health: %w", err)
+	case answer != "ok":
+		return fmt.Errorf("health: %s", textsafe.Terminal(answer))
 	}
 	fmt.Fprintln(stdout, answer)
-	if answer != "ok" {
-		return exitFailure
-	}
-	return exitOK
+	return nil
 }
 
 // askHealth asks the agent at path the question q and returns its answer

@@ -1,35 +1,45 @@
+//go:build linux
+
 package main
 
 import (
 	"bytes"
-	"flag"
+	"context"
 	"strings"
 	"testing"
 
+	"github.com/marksplit/marksplit/netwatch"
 	"github.com/marksplit/marksplit/netwatch/program"
 	"github.com/marksplit/marksplit/netwatch/reconcile"
 )
 
-// TestHelpFromProgram: the agent's help shows --table, --priority and
-// --protocol as every program built on program.Program does (OwnerFlags'
-// text, PrintFlags' style), so the two cannot drift apart again (issue 37.3).
+// TestHelpFromProgram: the agent's help is program.Program's, as every
+// example's is: the same usage line, subcommands and standard flags, so
+// the two cannot drift apart again (issue 37.3).
 func TestHelpFromProgram(t *testing.T) {
 	var agent bytes.Buffer
 	if code := run([]string{"help"}, &agent, &agent); code != exitOK {
 		t.Fatalf("marksplit help: exit %d", code)
 	}
-	fs := flag.NewFlagSet("p", flag.ContinueOnError)
-	table, prio, proto := reconcile.OwnTable(900), reconcile.OwnPriority(900), reconcile.OwnProtocol(109)
-	program.OwnerFlags(fs, "the agent", &table, &prio, &proto)
 	var want bytes.Buffer
-	program.PrintFlags(&want, fs)
-	lines := strings.SplitAfter(want.String(), "\n")
-	for i := 0; i+1 < len(lines); i += 2 {
-		if block := lines[i] + lines[i+1]; !strings.Contains(agent.String(), block) {
-			t.Errorf("marksplit help lacks Program's\n%s", block)
-		}
+	p := &program.Program{Name: "marksplit", Table: 900, Priority: 900, Protocol: 109}
+	if code := p.Run(context.Background(), []string{"--help"}, &want, &want, func() (func(netwatch.View) (reconcile.Desired, bool), error) { return nil, nil }); code != 0 {
+		t.Fatalf("Program --help: exit %d", code)
 	}
-	if len(lines) < 6 {
-		t.Fatalf("OwnerFlags printed %q", want.String())
+	if !strings.HasPrefix(agent.String(), "usage: marksplit [run|once|plan|cleanup|verify|health] ") {
+		t.Errorf("marksplit help begins otherwise than Program's:\n%s", agent.String())
+	}
+	lines := strings.SplitAfter(want.String(), "\n")
+	for i, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "  run ") || strings.HasPrefix(l, "  once ") || strings.HasPrefix(l, "  plan ") || strings.HasPrefix(l, "  cleanup "):
+			if !strings.Contains(agent.String(), l) {
+				t.Errorf("marksplit help lacks Program's subcommand line %q", l)
+			}
+		case strings.HasPrefix(l, "  --") && i+1 < len(lines):
+			if block := l + lines[i+1]; !strings.Contains(agent.String(), block) {
+				t.Errorf("marksplit help lacks Program's\n%s", block)
+			}
+		}
 	}
 }

@@ -18,7 +18,12 @@
 //
 // Every subcommand takes the policy flags (--tunnel-link, --mark, --table,
 // --priority, --peers, --prefix, --underlay-link, --protocol); `marksplit -h`
-// lists them all. A bad command line exits 2 with one line.
+// lists them all. A bad command line exits 2 with one line. The command
+// line, the lock, the loop and the signals are netwatch/program's, as for
+// every program built on the library: the agent is a program.Program with
+// verify and health as its own Commands, and its sources and servers in
+// its Start (commands_linux.go). --netns works for once, plan, cleanup and
+// verify; run works in the namespace it runs in.
 //
 // # What is split
 //
@@ -78,15 +83,7 @@
 // (health_linux.go), which no other local user can take or flood.
 package main
 
-import (
-	"errors"
-	"flag"
-	"fmt"
-	"io"
-	"os"
-
-	"github.com/marksplit/marksplit/netwatch/program"
-)
+import "os"
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
@@ -99,24 +96,3 @@ const (
 	exitFailure = 1
 	exitUsage   = 2
 )
-
-func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "health" {
-		return runHealth(args[1:], stdout, stderr)
-	}
-	o, err := parseArgs(args, os.Getenv, stdout)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return exitOK
-	case err != nil:
-		fmt.Fprintf(stderr, "marksplit: %v\n", err)
-		return exitUsage
-	case o.version:
-		fmt.Fprintln(stdout, "marksplit", version)
-		return exitOK
-	}
-	// SIGINT or SIGTERM stops the agent; a second one, at once.
-	ctx, stop := program.SignalContext("marksplit")
-	defer stop()
-	return execute(ctx, o, stdout, stderr)
-}

@@ -54,7 +54,7 @@ func TestMetricsGolden(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var g group
 	<-srcs.start(ctx, &g, h.l)
-	t.Cleanup(func() { cancel(); g.wait(5 * time.Second) })
+	t.Cleanup(func() { cancel(); g.wg.Wait() })
 	h.waitPass("that splits the peer", applied(3))
 	eventually(t, 5*time.Second, "an API request counted", func() error {
 		if len(srcs.requests()) == 0 {

@@ -52,7 +52,7 @@ func TestNodeEncryptionOffOnOff(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var g group
 	<-srcs.start(ctx, &g, h.l)
-	t.Cleanup(func() { cancel(); g.wait(5 * time.Second) })
+	t.Cleanup(func() { cancel(); g.wg.Wait() })
 
 	p := h.waitPass("that stands down", converged)
 	if got := h.takeLines(); len(got) != 0 {
@@ -124,7 +124,7 @@ func TestNodeEncryptionHostile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var g group
 	known := srcs.start(ctx, &g, h.l)
-	t.Cleanup(func() { cancel(); g.wait(5 * time.Second) })
+	t.Cleanup(func() { cancel(); g.wg.Wait() })
 
 	eventually(t, time.Minute, "unreadable", func() error {
 		if s := h.l.nodeEnc().state; s != nodeEncUnreadable && s != nodeEncOn {

@@ -201,7 +201,7 @@ func (mp mainPath) leavesLink() bool {
 }
 
 // run serves the responder and runs the scheduler until ctx ends.
-func (pr *prober) run(ctx context.Context, g *group) {
+func (pr *prober) run(ctx context.Context, g goer) {
 	g.Go(func() {
 		if err := pr.resp.Serve(ctx); err != nil && ctx.Err() == nil {
 			pr.l.log.Warn("path MTU: the probe responder stopped: " + err.Error())

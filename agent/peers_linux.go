@@ -195,6 +195,9 @@ type sources struct {
 	nodeEnc *nodeEncryption
 	// mesh reads the --wireguard-link device; nil without it.
 	mesh *meshSource
+	// notes are what the log says of the sources once they start (after
+	// the lock: a second agent says only who holds it).
+	notes []string
 }
 
 func newSources(o options, log *slog.Logger) (*sources, error) {
@@ -212,7 +215,7 @@ func newSources(o options, log *slog.Logger) (*sources, error) {
 		}
 	}
 	var err error
-	if s.uninstall, err = newUninstallSwitch(o, log); err != nil {
+	if s.uninstall, err = newUninstallSwitch(o, log, func(n string) { s.notes = append(s.notes, n) }); err != nil {
 		return nil, err
 	}
 	if s.nodeEnc, err = newNodeEncryption(o, log); err != nil {
@@ -225,7 +228,10 @@ func newSources(o options, log *slog.Logger) (*sources, error) {
 // start runs the sources in g, feeding l, until ctx ends. The channel is
 // closed once every input the command needs is known: the mode (from its
 // source or the peer list) and, with peers, the first list.
-func (s *sources) start(ctx context.Context, g *group, l *loop) <-chan struct{} {
+func (s *sources) start(ctx context.Context, g goer, l *loop) <-chan struct{} {
+	for _, n := range s.notes {
+		l.log.Info(n)
+	}
 	known := make(chan struct{})
 	var once sync.Once
 	needMode := s.mode != nil || s.peers != nil && s.peers.deriveMode

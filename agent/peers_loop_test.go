@@ -158,7 +158,7 @@ func TestPeerSourceFeedsTheLoop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var g group
 	known := srcs.start(ctx, &g, h.l)
-	t.Cleanup(func() { cancel(); g.wait(5 * time.Second) })
+	t.Cleanup(func() { cancel(); g.wg.Wait() })
 
 	eventually(t, 5*time.Second, "the first list", func() error {
 		if !h.l.peersKnown() {
@@ -223,7 +223,7 @@ func TestPeerSourceIncomplete(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var g group
 	<-srcs.start(ctx, &g, h.l)
-	t.Cleanup(func() { cancel(); g.wait(5 * time.Second) })
+	t.Cleanup(func() { cancel(); g.wg.Wait() })
 
 	h.waitPass("that splits the good peer", applied(3))
 	if got := h.l.peersIncomplete(); !strings.Contains(got, "the peer set is incomplete: CiliumNode peer-bad: skipped: ") {

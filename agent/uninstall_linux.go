@@ -80,8 +80,9 @@ func serviceAccountDir() string {
 
 // newUninstallSwitch returns the switch of o, or nil when there is none:
 // the flag is empty, the command does not plan with a mode, the mode is off
-// anyway, or the agent does not run in a pod (said in a note by run).
-func newUninstallSwitch(o options, log *slog.Logger) (*uninstallSwitch, error) {
+// anyway, or the agent does not run in a pod (said in a note by run, which
+// logs it once it holds the lock: a second agent says only that).
+func newUninstallSwitch(o options, log *slog.Logger, note func(string)) (*uninstallSwitch, error) {
 	if o.uninstallConfigMap == "" || !o.usesMode() || o.encryption == encOff {
 		return nil, nil
 	}
@@ -89,7 +90,7 @@ func newUninstallSwitch(o options, log *slog.Logger) (*uninstallSwitch, error) {
 	server, err := kubeapi.InClusterServer()
 	if err != nil {
 		if o.cmd == cmdRun { // once and plan off Kubernetes are tools at hand: no noise
-			log.Info("note: " + flag + " ignored: not in a pod (no KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT); --uninstall-configmap= turns this note off")
+			note("note: " + flag + " ignored: not in a pod (no KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT); --uninstall-configmap= turns this note off")
 		}
 		return nil, nil
 	}
@@ -100,7 +101,7 @@ func newUninstallSwitch(o options, log *slog.Logger) (*uninstallSwitch, error) {
 		ns = strings.TrimSpace(string(b))
 	}
 	if ns == "" {
-		log.Info("note: " + flag + " ignored: the pod's namespace is unknown (no $" + podNamespaceEnv + " and no " + filepath.Join(dir, "namespace") + ")")
+		note("note: " + flag + " ignored: the pod's namespace is unknown (no $" + podNamespaceEnv + " and no " + filepath.Join(dir, "namespace") + ")")
 		return nil, nil
 	}
 	if err := kubewatch.ValidName(ns); err != nil {

@@ -3,17 +3,16 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/marksplit/marksplit/internal/textsafe"
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/program"
 )
 
 // errVerify is the error of a verify whose answers show no split.
@@ -42,17 +41,8 @@ type verifyReport struct {
 // runVerify is `marksplit verify`: RTM_GETROUTE for the peer without and
 // with the mark, judged against the table and the tunnel link's MTU (the
 // peer's inner MTU where its path MTU lowers its route).
-func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logger) error {
-	s, err := startOneShot(ctx, o, nil, func(string) {}, log)
-	if err != nil {
-		return err
-	}
-	defer s.stop()
-	ap, err := netwatch.DialApplier(nil)
-	if err != nil {
-		return err
-	}
-	defer ap.Close()
+func runVerify(o options, s *program.Session, l *loop) error {
+	ap, stdout := s.Applier, s.Stdout
 	unmarked, err := ap.RouteGet(o.peer, 0)
 	if err != nil {
 		return err
@@ -67,7 +57,7 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 		lines  [2]string
 		mtus   [2]uint32
 	)
-	s.w.Read(func(v netwatch.View) {
+	s.Watcher.Read(func(v netwatch.View) {
 		tun, hasTun = v.LinkByName(o.policy.TunnelLink)
 		for i, rt := range []netwatch.Route{unmarked, marked} {
 			mtus[i] = rt.MTU
@@ -86,9 +76,9 @@ func runVerify(ctx context.Context, o options, stdout io.Writer, log *slog.Logge
 	if hasTun {
 		rep.TunnelMTU, rep.WantMTU = tun.MTU, tun.MTU
 	}
-	if ps := s.l.peers.Load(); o.policy.Peers && ps != nil {
+	if ps := l.peers.Load(); o.policy.Peers && ps != nil {
 		if rep.NotPeer = !ps.has(o.peer); !rep.NotPeer && hasTun {
-			rep.PathMTU = verifyPathMTU(o, s.l, int(tun.MTU))
+			rep.PathMTU = verifyPathMTU(o, l, int(tun.MTU))
 			if pm := rep.PathMTU; pm.State == "reduced" && pm.Inner > 0 && uint32(pm.Inner) < rep.WantMTU {
 				rep.WantMTU = uint32(pm.Inner)
 			}
