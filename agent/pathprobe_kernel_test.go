@@ -167,6 +167,10 @@ func transfer(t *testing.T, ns interface{ Do(func() error) error }, ln net.Liste
 		}
 	}()
 	deadline := time.Now().Add(3 * time.Minute) // only a hang reaches it
+	// TCP_INFO has no event to wait on: read it on every tick until the
+	// condition holds.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	for time.Now().Before(deadline) {
 		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
 		must(t, err)
@@ -177,7 +181,7 @@ func transfer(t *testing.T, ns interface{ Do(func() error) error }, ln net.Liste
 		case !complete && retrans >= 3, !complete && acked >= uint64(total):
 			return acked, retrans
 		}
-		time.Sleep(20 * time.Millisecond) // polling TCP_INFO, not waiting for a time to pass
+		<-tick.C
 	}
 	return acked, retrans
 }

@@ -57,6 +57,10 @@ func TestKernelExceptions(t *testing.T) {
 	want := map[netip.Addr]bool{netip.MustParseAddr("10.2.0.2"): true, netip.MustParseAddr("2001:db8:2::2"): true}
 	var got []pathmtu.Exception
 	deadline := time.Now().Add(2 * time.Minute) // only a hang reaches it
+	// Send again on every tick until each exception shows (or the
+	// deadline, only a hang's, passes).
+	pace := time.NewTicker(50 * time.Millisecond)
+	defer pace.Stop()
 	for {
 		// One DF datagram of 1400 bytes to each (again: a neighbour
 		// lookup may eat the first).
@@ -73,7 +77,7 @@ func TestKernelExceptions(t *testing.T) {
 		if len(got) == len(want) || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(50 * time.Millisecond) // pacing the sends, not waiting for a result
+		<-pace.C // the next round of sends
 	}
 	if len(got) != len(want) {
 		t.Fatalf("exceptions: %+v; want one to each of %v\n%s", got, want, node.IP(t, "route", "show", "table", "all", "cache"))
