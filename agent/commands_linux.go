@@ -124,7 +124,7 @@ func (a *agent) build() (func(netwatch.View) (reconcile.Desired, bool), error) {
 	if a.srcs, err = newSources(*o, a.log); err != nil {
 		return nil, err
 	}
-	a.l = newLoop(nil, nil, o.policy, o.cmd == cmdCleanup, a.log, a.emit, nil)
+	a.l = newLoop(nil, nil, o.policy, a.log, a.emit, nil)
 	a.l.pmtu = pathmtu.NewStore(o.pathMTU)
 	if o.cmd == cmdOnce {
 		// Program prints each change of once; the loop's own lines

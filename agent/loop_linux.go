@@ -56,19 +56,14 @@ type loop struct {
 	log    *slog.Logger
 }
 
-// newLoop returns the loop for cfg; with cleanup it wants nothing but the
-// owned scope, whatever the mode, so that every owned route and rule goes
-// and nothing else is touched (no repairs either).
-func newLoop(w *netwatch.Watcher, ap *netwatch.Applier, cfg mtupolicy.Config, cleanup bool, log *slog.Logger, emit func(string), met *metrics) *loop {
+// newLoop returns the loop for cfg. cleanup's policy is not the loop's:
+// program.Program's cleanup wants the owned scope alone, whatever the mode.
+func newLoop(w *netwatch.Watcher, ap *netwatch.Applier, cfg mtupolicy.Config, log *slog.Logger, emit func(string), met *metrics) *loop {
 	l := &loop{cfg: cfg, met: met, emit: emit, repairs: newRepairLog(emit), log: log, pmtu: pathmtu.NewStore(nil)}
-	policy := l.policy
-	if cleanup {
-		policy = l.cleanup
-	}
 	l.r = &reconcile.Reconciler{
 		Watcher:  w,
 		Applier:  ap,
-		Policy:   policy,
+		Policy:   l.policy,
 		Resync:   defaultResync,
 		Logger:   log,
 		OnChange: l.change,
@@ -114,11 +109,6 @@ func (l *loop) policy(v netwatch.View) (d reconcile.Desired, ok bool) {
 	}
 	l.ev.policy(v, mode, ok)
 	return d, ok
-}
-
-func (l *loop) cleanup(v netwatch.View) (reconcile.Desired, bool) {
-	d, ok := mtupolicy.Desired(v, l.cfg, mtupolicy.ModeOff)
-	return reconcile.Desired{Own: d.Own}, ok
 }
 
 func (l *loop) fight(f reconcile.Fight) {

@@ -90,7 +90,7 @@ func newHarnessCfg(t *testing.T, k *netwatchtest.Kernel, cfg mtupolicy.Config) *
 	must(t, err)
 	t.Cleanup(func() { ap.Close() })
 	h.met = newMetrics(h.w, cfg, nil, snmpPath)
-	h.l = newLoop(h.w, ap, cfg, false, log, func(line string) {
+	h.l = newLoop(h.w, ap, cfg, log, func(line string) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.lines = append(h.lines, line)
