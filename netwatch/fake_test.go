@@ -181,28 +181,14 @@ func (c *faultConn) ReceiveIter() iter.Seq2[netlink.Message, error] {
 	}
 }
 
-// fakeHost is a small host: eth0 with addresses of both families, routes
-// in main and in table 900, and the mark-split rules.
+// fakeHost is fakekernel.NewHost, closed when the test ends.
 func fakeHost(t *testing.T) (*fakekernel.Kernel, uint32) {
 	t.Helper()
-	k := fakekernel.New()
-	t.Cleanup(func() { k.Close() })
-	eth := k.AddLink("eth0", "veth", 1450, true)
-	k.AddLink("cilium_wg0", "tun", 1355, true)
-	for _, err := range []error{
-		k.AddAddr(eth, netip.MustParsePrefix("10.0.0.5/16")),
-		k.AddAddr(eth, netip.MustParsePrefix("fd00::5/64")),
-		k.AddRoute(fakekernel.Route{Dst: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}),
-		k.AddRoute(fakekernel.Route{Table: 900, Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
-			Index: eth, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355, Protocol: 77}),
-		k.AddRoute(fakekernel.Route{Table: 900, Dst: netip.MustParsePrefix("fd01::/64"), Gateway: netip.MustParseAddr("fd00::1"), Index: eth, MTU: 1355}),
-		k.AddRule(fakekernel.Rule{Family: unix.AF_INET, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
-		k.AddRule(fakekernel.Rule{Family: unix.AF_INET6, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
-	} {
-		if err != nil {
-			t.Fatal(err)
-		}
+	k, eth, err := fakekernel.NewHost()
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { k.Close() })
 	return k, eth
 }
 

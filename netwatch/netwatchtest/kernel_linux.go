@@ -20,46 +20,48 @@ import (
 // port 0) or as another program (DialProgram), and injects faults. It
 // answers requests as Linux does, checked against a real kernel by this
 // package's tests; what it does not model it refuses with EOPNOTSUPP and
-// says so. The zero value is not usable; call New.
-type Kernel struct{ e *fakekernel.Kernel }
+// says so. The zero value is not usable; call New. Its representation is
+// the project's internal fake kernel, whose fixtures the project's own
+// tests share.
+type Kernel fakekernel.Kernel
 
 // New returns a kernel that looks like a fresh network namespace: lo
 // (index 1, down), no addresses, no IPv4 tables, the IPv6 main and local
 // tables (empty), and the default rules of both families.
-func New() *Kernel { return &Kernel{fakekernel.New()} }
+func New() *Kernel { return (*Kernel)(fakekernel.New()) }
 
 // Close closes every socket of the kernel; later dials fail.
-func (k *Kernel) Close() error { return k.e.Close() }
+func (k *Kernel) Close() error { return k.engine().Close() }
 
 // NetNS returns a netwatch.NetNS whose sockets are the kernel's: give it
 // to netwatch.Options.NetNS and netwatch.DialApplier.
-func (k *Kernel) NetNS() *netwatch.NetNS { return (*netwatch.NetNS)(k.e.NetNS()) }
+func (k *Kernel) NetNS() *netwatch.NetNS { return (*netwatch.NetNS)(k.engine().NetNS()) }
 
 // AddLink adds a link of kind ("veth", "tun", …) and returns its index.
 // A link that is up has carrier.
 func (k *Kernel) AddLink(name, kind string, mtu uint32, up bool) uint32 {
-	return k.e.AddLink(name, kind, mtu, up)
+	return k.engine().AddLink(name, kind, mtu, up)
 }
 
 // SetLinkUp sets a link up or down; down flushes its IPv4 routes without
 // a notification, as Linux does.
-func (k *Kernel) SetLinkUp(index uint32, up bool) error { return k.e.SetLinkUp(index, up) }
+func (k *Kernel) SetLinkUp(index uint32, up bool) error { return k.engine().SetLinkUp(index, up) }
 
 // SetLinkMTU sets a link's MTU.
-func (k *Kernel) SetLinkMTU(index, mtu uint32) error { return k.e.SetLinkMTU(index, mtu) }
+func (k *Kernel) SetLinkMTU(index, mtu uint32) error { return k.engine().SetLinkMTU(index, mtu) }
 
 // DelLink deletes a link, with its addresses and routes.
-func (k *Kernel) DelLink(index uint32) error { return k.e.DelLink(index) }
+func (k *Kernel) DelLink(index uint32) error { return k.engine().DelLink(index) }
 
 // AddAddr adds an address (10.0.0.5/16: the address with its subnet's
 // length) to a link, with the subnet's route as Linux adds it.
 func (k *Kernel) AddAddr(index uint32, prefix netip.Prefix) error {
-	return k.e.AddAddr(index, prefix)
+	return k.engine().AddAddr(index, prefix)
 }
 
 // DelAddr deletes an address.
 func (k *Kernel) DelAddr(index uint32, prefix netip.Prefix) error {
-	return k.e.DelAddr(index, prefix)
+	return k.engine().DelAddr(index, prefix)
 }
 
 // AddRoute adds r as `ip route add` does. As ip(8) takes them, in every
@@ -73,7 +75,7 @@ func (k *Kernel) AddRoute(r netwatch.Route) error {
 	if err != nil {
 		return err
 	}
-	return k.e.AddRoute(e)
+	return k.engine().AddRoute(e)
 }
 
 // ReplaceRoute adds or replaces r as `ip route replace` does.
@@ -82,7 +84,7 @@ func (k *Kernel) ReplaceRoute(r netwatch.Route) error {
 	if err != nil {
 		return err
 	}
-	return k.e.ReplaceRoute(e)
+	return k.engine().ReplaceRoute(e)
 }
 
 // DelRoute deletes the first route that matches what r sets, as `ip
@@ -92,7 +94,7 @@ func (k *Kernel) DelRoute(r netwatch.Route) error {
 	if err != nil {
 		return err
 	}
-	return k.e.DelRoute(e)
+	return k.engine().DelRoute(e)
 }
 
 // AddRule adds r, after the rules at its priority, as `ip rule add` does;
@@ -102,7 +104,7 @@ func (k *Kernel) AddRule(r netwatch.Rule) error {
 	if err != nil {
 		return err
 	}
-	return k.e.AddRule(e)
+	return k.engine().AddRule(e)
 }
 
 // AppendRule adds r after the rules at its priority even when an
@@ -113,7 +115,7 @@ func (k *Kernel) AppendRule(r netwatch.Rule) error {
 	if err != nil {
 		return err
 	}
-	return k.e.AppendRule(e)
+	return k.engine().AppendRule(e)
 }
 
 // DelRule deletes the first rule that matches what r sets.
@@ -122,7 +124,7 @@ func (k *Kernel) DelRule(r netwatch.Rule) error {
 	if err != nil {
 		return err
 	}
-	return k.e.DelRule(e)
+	return k.engine().DelRule(e)
 }
 
 // Snapshot returns the kernel's state as a netwatch cache would hold it:
@@ -130,18 +132,18 @@ func (k *Kernel) DelRule(r netwatch.Rule) error {
 // the kernel's order.
 func (k *Kernel) Snapshot() netwatch.Snapshot {
 	var s netwatch.Snapshot
-	for _, l := range k.e.Links() {
+	for _, l := range k.engine().Links() {
 		s.Links = append(s.Links, netwatch.Link{Index: l.Index, Name: l.Name, MTU: l.MTU, Kind: l.Kind,
 			Flags: netwatch.LinkFlags(l.Flags), OperState: netwatch.OperState(l.OperState)})
 	}
-	for _, a := range k.e.Addrs() {
+	for _, a := range k.engine().Addrs() {
 		s.Addrs = append(s.Addrs, netwatch.Addr{Index: a.Index, Prefix: a.Prefix, Scope: netwatch.Scope(a.Scope),
 			Flags: netwatch.AddrFlags(a.Flags), Label: a.Label})
 	}
-	for _, r := range k.e.Routes() {
+	for _, r := range k.engine().Routes() {
 		s.Routes = append(s.Routes, fromEngine(r))
 	}
-	for _, r := range k.e.Rules() {
+	for _, r := range k.engine().Rules() {
 		s.Rules = append(s.Rules, netwatch.Rule{Family: ruleFamily(r.Family), Priority: r.Priority, Table: netwatch.Table(r.Table),
 			Action: netwatch.RuleAction(r.Action), Invert: r.Invert, Mark: netwatch.Mark(r.Mark), Mask: netwatch.Mark(r.Mask),
 			Protocol: netwatch.Protocol(r.Protocol), Src: r.Src, Dst: r.Dst, TOS: r.TOS, IIF: r.IIF, OIF: r.OIF})
@@ -159,35 +161,35 @@ type Request struct {
 // watchers, appliers and programs.
 func (k *Kernel) Requests() []Request {
 	var rs []Request
-	for _, r := range k.e.Requests() {
+	for _, r := range k.engine().Requests() {
 		rs = append(rs, Request{Type: r.Type, Errno: r.Errno})
 	}
 	return rs
 }
 
 // ResetRequests forgets the requests sent so far.
-func (k *Kernel) ResetRequests() { k.e.ResetRequests() }
+func (k *Kernel) ResetRequests() { k.engine().ResetRequests() }
 
 // Overflow makes every subscriber's next receive fail with ENOBUFS, as an
 // overflow of its socket's buffer does: a Watcher then resyncs.
-func (k *Kernel) Overflow() { k.e.Overflow() }
+func (k *Kernel) Overflow() { k.engine().Overflow() }
 
 // SetDumpIntr sets NLM_F_DUMP_INTR on every message of the next n dumps
 // of msgType (RTM_GETLINK, RTM_GETADDR, RTM_GETROUTE or RTM_GETRULE).
-func (k *Kernel) SetDumpIntr(msgType uint16, n int) { k.e.SetDumpIntr(msgType, n) }
+func (k *Kernel) SetDumpIntr(msgType uint16, n int) { k.engine().SetDumpIntr(msgType, n) }
 
 // FailNext makes the next n requests of msgType (RTM_*) fail with errno,
 // changing nothing. A failed dump reports errno in its DONE message.
 func (k *Kernel) FailNext(msgType uint16, errno syscall.Errno, n int) {
-	k.e.FailNext(msgType, errno, n)
+	k.engine().FailNext(msgType, errno, n)
 }
 
 // FailAll makes every request of msgType fail with errno until
 // ClearFaults.
-func (k *Kernel) FailAll(msgType uint16, errno syscall.Errno) { k.e.FailAll(msgType, errno) }
+func (k *Kernel) FailAll(msgType uint16, errno syscall.Errno) { k.engine().FailAll(msgType, errno) }
 
 // ClearFaults ends FailNext, FailAll and SetDumpIntr.
-func (k *Kernel) ClearFaults() { k.e.ClearFaults() }
+func (k *Kernel) ClearFaults() { k.engine().ClearFaults() }
 
 // Program is another program's rtnetlink socket on a Kernel. The Kernel's
 // own methods stand for changes nobody asked for over netlink, announced
@@ -198,7 +200,7 @@ type Program struct{ p *fakekernel.Program }
 
 // DialProgram opens a Program's socket.
 func (k *Kernel) DialProgram() (*Program, error) {
-	p, err := k.e.DialProgram()
+	p, err := k.engine().DialProgram()
 	if err != nil {
 		return nil, err
 	}
@@ -345,3 +347,7 @@ func engineRule(r netwatch.Rule) (fakekernel.Rule, error) {
 		Invert: r.Invert, Mark: uint32(r.Mark), Mask: uint32(r.Mask), Protocol: uint8(r.Protocol), Src: r.Src, Dst: r.Dst,
 		TOS: r.TOS, IIF: r.IIF, OIF: r.OIF}, nil
 }
+
+// engine is the fake kernel that k is: netwatchtest's Kernel is
+// fakekernel's under the name and in the types of netwatch.
+func (k *Kernel) engine() *fakekernel.Kernel { return (*fakekernel.Kernel)(k) }

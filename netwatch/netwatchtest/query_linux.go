@@ -27,7 +27,7 @@ import (
 // fakeOf returns the fake kernel behind ns, or nil for a real namespace.
 func fakeOf(ns *netwatch.NetNS) *Kernel {
 	if e, ok := fakekernel.Of((*rtnl.NetNS)(ns)); ok {
-		return &Kernel{e}
+		return (*Kernel)(e)
 	}
 	return nil
 }
@@ -99,12 +99,12 @@ type Lookup struct {
 // the lookup alone: a forwarded packet's further checks are not modelled.
 func RouteGet(ns *netwatch.NetNS, q Lookup) (Hop, error) {
 	if k := fakeOf(ns); k != nil {
-		r, err := k.e.Lookup(q.Dst, q.Src, q.IIF, uint32(q.Mark))
+		r, err := k.engine().Lookup(q.Dst, q.Src, q.IIF, uint32(q.Mark))
 		if err != nil {
 			return Hop{}, err
 		}
 		h := Hop{Gateway: r.Gateway, PrefSrc: r.PrefSrc, Table: netwatch.Table(r.Table), MTU: r.MTU}
-		for _, l := range k.e.Links() {
+		for _, l := range k.engine().Links() {
 			if l.Index == r.Index {
 				h.Dev = l.Name
 			}

@@ -4,36 +4,25 @@ package reconcile
 
 import (
 	"context"
-	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/marksplit/marksplit/netwatch"
+	"github.com/marksplit/marksplit/netwatch/internal/fakekernel"
 	"github.com/marksplit/marksplit/netwatch/netwatchtest"
 )
 
-// fakeHost is a small host: eth0 with addresses of both families, routes
-// in main and in table 900, and the mark-split rules.
+// fakeHost is a small host (fakekernel.NewHost): eth0 with addresses of
+// both families, routes in main and in table 900, and the mark-split rules;
+// it returns eth0's index.
 func fakeHost(t *testing.T) (*netwatchtest.Kernel, uint32) {
 	t.Helper()
-	k := netwatchtest.New()
-	t.Cleanup(func() { k.Close() })
-	eth := k.AddLink("eth0", "veth", 1450, true)
-	k.AddLink("cilium_wg0", "tun", 1355, true)
-	for _, err := range []error{
-		k.AddAddr(eth, netip.MustParsePrefix("10.0.0.5/16")),
-		k.AddAddr(eth, netip.MustParsePrefix("fd00::5/64")),
-		k.AddRoute(netwatch.Route{Dst: netip.MustParsePrefix("10.1.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"), Index: eth}),
-		k.AddRoute(netwatch.Route{Table: 900, Dst: netip.MustParsePrefix("10.0.0.0/16"), Gateway: netip.MustParseAddr("10.0.0.1"),
-			Index: eth, PrefSrc: netip.MustParseAddr("10.0.0.5"), MTU: 1355, Protocol: 77}),
-		k.AddRoute(netwatch.Route{Table: 900, Dst: netip.MustParsePrefix("fd01::/64"), Gateway: netip.MustParseAddr("fd00::1"), Index: eth, MTU: 1355}),
-		k.AddRule(netwatch.Rule{Family: netwatch.IPv4, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
-		k.AddRule(netwatch.Rule{Family: netwatch.IPv6, Priority: 900, Table: 900, Invert: true, Mark: 0xe00, Mask: 0xf00, Protocol: 77}),
-	} {
-		if err != nil {
-			t.Fatal(err)
-		}
+	e, eth, err := fakekernel.NewHost()
+	if err != nil {
+		t.Fatal(err)
 	}
+	k := (*netwatchtest.Kernel)(e)
+	t.Cleanup(func() { k.Close() })
 	return k, eth
 }
 
