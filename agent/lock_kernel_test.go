@@ -231,7 +231,7 @@ func TestKernelCleanupBesideAgentOff(t *testing.T) {
 		return s.unsplit(t)
 	})
 	stdout, stderr, code := s.command(t, "cleanup", "--prefix=10.0.0.0/16")
-	want := fmt.Sprintf("marksplit: note: table 900 and priority 900 in this network namespace are kept by another marksplit (pid %d, marksplit): one agent per table and per priority in a network namespace; it has nothing left that cleanup would remove\n", a.cmd.Process.Pid)
+	want := fmt.Sprintf("marksplit: note: table 900 and priority 900 in this network namespace are kept by another marksplit (pid %d, marksplit): one program per table and per priority in a network namespace; it has nothing left that cleanup would remove\n", a.cmd.Process.Pid)
 	if code != 0 || stdout != "" {
 		t.Errorf("cleanup beside an agent with nothing split: exit %d, stdout %q; want exit 0, nothing printed", code, stdout)
 	}

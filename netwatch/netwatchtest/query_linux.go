@@ -156,7 +156,7 @@ func RouteGet(ns *netwatch.NetNS, q Lookup) (Hop, error) {
 }
 
 // WaitRoute polls RouteGet(ns, q) until its answer matches want, or
-// fails the test, with logs, after a deadline.
+// fails the test, with logs (nil: none), after a deadline.
 func WaitRoute(t testing.TB, ns *netwatch.NetNS, logs fmt.Stringer, q Lookup, want Hop) {
 	t.Helper()
 	var got Hop
@@ -165,7 +165,7 @@ func WaitRoute(t testing.TB, ns *netwatch.NetNS, logs fmt.Stringer, q Lookup, wa
 		got, err = RouteGet(ns, q)
 		return err == nil && want.Matches(got)
 	}) {
-		t.Fatalf("route get %+v: want %+v, got %+v (%v)\nlog:\n%s", q, want, got, err, logs)
+		t.Fatalf("route get %+v: want %+v, got %+v (%v)%s", q, want, got, err, logText(logs))
 	}
 }
 
@@ -216,7 +216,7 @@ func OwnedText(ns *netwatch.NetNS, table netwatch.Table, priority uint32) (strin
 }
 
 // WaitOwned polls OwnedText(ns, table, priority) until it is want, or
-// fails the test, with logs, after a deadline.
+// fails the test, with logs (nil: none), after a deadline.
 func WaitOwned(t testing.TB, ns *netwatch.NetNS, logs fmt.Stringer, table netwatch.Table, priority uint32, want string) {
 	t.Helper()
 	var last string
@@ -225,6 +225,14 @@ func WaitOwned(t testing.TB, ns *netwatch.NetNS, logs fmt.Stringer, table netwat
 		last, err = OwnedText(ns, table, priority)
 		return err == nil && last == want
 	}) {
-		t.Fatalf("table %v and priority %d: want %q, have %q (%v)\nlog:\n%s", table, priority, want, last, err, logs)
+		t.Fatalf("table %v and priority %d: want %q, have %q (%v)%s", table, priority, want, last, err, logText(logs))
 	}
+}
+
+// logText is a program's log for a failure message, nil none.
+func logText(logs fmt.Stringer) string {
+	if logs == nil {
+		return ""
+	}
+	return "\nlog:\n" + logs.String()
 }

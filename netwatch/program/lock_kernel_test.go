@@ -234,7 +234,7 @@ func TestKernelTwoPrograms(t *testing.T) {
 	netwatchtest.WaitLog(t, &logs, "lookup 940", 1)
 	var out strings.Builder
 	rc := (&Program{Name: "pin", Table: 940, Priority: 940}).Run(context.Background(), []string{"cleanup", "--netns", ns.Path()}, &out, &out, build)
-	if want := "it would put back at once the 1 routes and rules cleanup would remove, so nothing was removed: stop it first"; rc != 1 || !strings.Contains(out.String(), want) || strings.Count(out.String(), "\n") != 1 {
+	if want := "it would put back at once the route or rule cleanup would remove, so nothing was removed: stop it first"; rc != 1 || !strings.Contains(out.String(), want) || strings.Count(out.String(), "\n") != 1 {
 		t.Errorf("cleanup beside a pin that owns a rule: exit %d, %q; want 1 and one line containing %q", rc, out.String(), want)
 	}
 	cancel()

@@ -366,7 +366,7 @@ func heldMessage(owner string, t, p uint32, table, prio uint64, hasPrio bool, h 
 	default:
 		id = "its process is in another PID namespace"
 	}
-	return fmt.Sprintf("%s %s (%s): one agent per table and per priority in a network namespace", what, who, id)
+	return fmt.Sprintf("%s %s (%s): one program per table and per priority in a network namespace", what, who, id)
 }
 
 // lockSocket is a listening unix socket of a lock and its owner.

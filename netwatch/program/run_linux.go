@@ -263,7 +263,11 @@ func (p *Program) cleanupBeside(ctx context.Context, w *netwatch.Watcher, held *
 	if how == "" {
 		how = "stop it first"
 	}
-	return fmt.Errorf("%w; it would put back at once the %d routes and rules cleanup would remove, so nothing was removed: %s", held, n, how)
+	what := "the route or rule"
+	if n > 1 {
+		what = fmt.Sprintf("the %d routes and rules", n)
+	}
+	return fmt.Errorf("%w; it would put back at once %s cleanup would remove, so nothing was removed: %s", held, what, how)
 }
 
 // once is the once and cleanup subcommands: passes until one finds nothing

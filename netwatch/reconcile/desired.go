@@ -88,6 +88,13 @@ type Desired struct {
 	// desired is rewritten on every pass; the Reconciler warns of it once,
 	// naming the field.
 	//
+	// A copy of another table's route (one View.Covering found) is best
+	// built from the fields it needs, as mtupolicy's are: Dst, its own
+	// Table and Protocol, the next hop (Gateway, Index or NextHops), PrefSrc,
+	// Scope, Type and the MTU it wants. A whole copy also desires the
+	// original's Expires, Metrics and Attrs, which the kernel then must keep
+	// too.
+	//
 	// The set is compact (44 bytes an IPv4 route), so that a policy that
 	// desires a route for each route of a full table fits a small memory
 	// limit, and Plan reads it in place. Nil desires no route.

@@ -549,7 +549,7 @@ func TestKernelK8sUninstallDocumented(t *testing.T) {
 	for _, a := range agents {
 		for i := range 3 {
 			stdout, stderr, code := c.cleanup(t, a.n, args)
-			want := fmt.Sprintf("marksplit: note: table 900 and priority 900 in this network namespace are kept by another marksplit (pid %d, marksplit): one agent per table and per priority in a network namespace; it has nothing left that cleanup would remove\n", agentPid(t, a))
+			want := fmt.Sprintf("marksplit: note: table 900 and priority 900 in this network namespace are kept by another marksplit (pid %d, marksplit): one program per table and per priority in a network namespace; it has nothing left that cleanup would remove\n", agentPid(t, a))
 			if code != 0 || stdout != "" || stderr != want {
 				t.Errorf("%s: cleanup #%d beside the switched-off agent: exit %d, stdout %q, stderr %q; want exit 0 and %q", a.name, i+1, code, stdout, stderr, want)
 			}
