@@ -168,15 +168,9 @@ func (idx mainIndex) covering(p netip.Prefix) (netwatch.Route, bool) {
 		if !ok {
 			continue
 		}
-		if r, ok := idx.found[q]; ok {
+		if r, ok := idx.route(q, metric); ok {
 			return r, true
 		}
-		rs := idx.v.Route(netwatch.RouteKey{Family: idx.f, Table: netwatch.TableMain, Dst: q, Metric: metric})
-		if len(rs) == 0 {
-			continue
-		}
-		idx.found[q] = rs[0]
-		return rs[0], true
 	}
 	return netwatch.Route{}, false
 }

@@ -397,6 +397,19 @@ func famIndex(f netwatch.Family) int {
 	return 0
 }
 
+// route returns the main route of destination p and the metric the index
+// holds for it (the first of its key), from the view once a pass.
+func (idx mainIndex) route(p netip.Prefix, metric uint32) (netwatch.Route, bool) {
+	if r, ok := idx.found[p]; ok {
+		return r, true
+	}
+	for r := range idx.v.Route(netwatch.RouteKey{Family: idx.f, Table: netwatch.TableMain, Dst: p, Metric: metric}) {
+		idx.found[p] = r
+		return r, true
+	}
+	return netwatch.Route{}, false // not in this view: a PeerCache would have walked again
+}
+
 // lookup returns the main route for a.
 func (idx mainIndex) lookup(a netip.Addr) (netwatch.Route, bool) {
 	for _, bits := range idx.lens {
@@ -405,16 +418,9 @@ func (idx mainIndex) lookup(a netip.Addr) (netwatch.Route, bool) {
 			continue
 		}
 		if metric, ok := idx.byLen[bits][p]; ok {
-			r, ok := idx.found[p]
-			if !ok {
-				rs := idx.v.Route(netwatch.RouteKey{Family: idx.f, Table: netwatch.TableMain, Dst: p, Metric: metric})
-				if len(rs) == 0 {
-					continue // not in this view: a PeerCache would have walked again
-				}
-				r = rs[0]
-				idx.found[p] = r
+			if r, ok := idx.route(p, metric); ok {
+				return r, true
 			}
-			return r, true
 		}
 	}
 	return netwatch.Route{}, false

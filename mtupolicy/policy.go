@@ -303,9 +303,10 @@ func (c Config) candidates(v netwatch.View, f netwatch.Family) iter.Seq[netwatch
 			continue
 		}
 		for r := range v.RoutesWithin(netwatch.TableMain, p) {
+			// The routes of a key come together, the kernel's first.
 			if k := r.Key(); !seen[k] {
 				seen[k] = true
-				mains = append(mains, v.Route(k)[0])
+				mains = append(mains, r)
 			}
 		}
 	}

@@ -324,7 +324,7 @@ func TestCase03Repair(t *testing.T) {
 				t.Errorf("repairs (-want +got):\n%s", diff)
 			}
 			settled(t, after, cfg, mtupolicy.ModeOn) // and never again
-			if got := after.View().Route(nodeNet.Key()); tt.want != nil && (len(got) != 1 || got[0].MTU != 0) {
+			if got := slices.Collect(after.View().Route(nodeNet.Key())); tt.want != nil && (len(got) != 1 || got[0].MTU != 0) {
 				t.Errorf("main route after the pass: %v, want it without an MTU of its own", got)
 			}
 		})

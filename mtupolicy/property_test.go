@@ -351,7 +351,7 @@ func checkScope(t *rapid.T, v netwatch.View, ops []netwatch.Op, w world, tun net
 // checkRepair checks that a repair takes the explicit MTU off a selected
 // main route lowered to the tunnel MTU, and changes nothing else.
 func checkRepair(t *rapid.T, v netwatch.View, op netwatch.Op, w world, tun netwatch.Link, hasTun bool) {
-	cur := v.Route(op.Route.Key())
+	cur := slices.Collect(v.Route(op.Route.Key()))
 	switch {
 	case op.Kind != netwatch.RouteReplace || w.mode != mtupolicy.ModeOn || !hasTun || !w.cfg.Repair:
 		t.Fatalf("repair %v %v: not asked for", op.Kind, op.Route)

@@ -322,6 +322,19 @@ func (t *table) getAll(k RouteKey) []Route {
 	return append([]Route{r}, t.dups[k]...)
 }
 
+// each yields every route with key k, first one first, allocating nothing.
+func (t *table) each(k RouteKey, yield func(Route) bool) {
+	r, ok := t.get(k)
+	if !ok || !yield(r) {
+		return
+	}
+	for _, d := range t.dups[k] {
+		if !yield(d) {
+			return
+		}
+	}
+}
+
 // setFirst stores r as the first route of its key, replacing any.
 func (t *table) setFirst(r Route) {
 	k := r.Key()

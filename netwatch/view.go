@@ -234,15 +234,17 @@ func (v View) Covering(t Table, a netip.Addr) []Route {
 	return nil
 }
 
-// Route returns the routes with key k: usually one, more when routes were
-// appended to the same key (the first is the one the kernel uses). The key
-// holds the metric; RoutesWithin finds a destination's routes whatever
-// their metric.
-func (v View) Route(k RouteKey) []Route {
-	if tb := v.s.table(k.Family, k.Table, false); tb != nil {
-		return tb.getAll(k)
+// Route yields the routes with key k: usually one, more when routes were
+// appended to the same key, the one the kernel uses first. The key holds
+// the metric; RoutesWithin finds a destination's routes whatever their
+// metric. It allocates nothing: slices.AppendSeq(buf[:0], v.Route(k))
+// reuses a caller's buffer from key to key.
+func (v View) Route(k RouteKey) iter.Seq[Route] {
+	return func(yield func(Route) bool) {
+		if tb := v.s.table(k.Family, k.Table, false); tb != nil {
+			tb.each(k, yield)
+		}
 	}
-	return nil
 }
 
 // routeCount returns the number of routes cached for family f.

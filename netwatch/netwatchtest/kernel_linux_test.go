@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -190,7 +191,7 @@ func TestKernelRouteMetrics(t *testing.T) {
 	if _, err := a.Apply([]netwatch.Op{{Kind: netwatch.RouteReplace, Route: r}}); err != nil {
 		t.Fatal(err)
 	}
-	got := k.Snapshot().View().Route(r.Key())
+	got := slices.Collect(k.Snapshot().View().Route(r.Key()))
 	if len(got) != 1 || !got[0].Equal(r) {
 		t.Fatalf("the fake holds %v, want %v", got, r)
 	}
@@ -211,7 +212,7 @@ func TestKernelRouteMetrics(t *testing.T) {
 	if err := k.AddRoute(big); err != nil {
 		t.Fatal(err)
 	}
-	if got := k.Snapshot().View().Route(big.Key()); len(got) != 1 || got[0].MTU != 65520 {
+	if got := slices.Collect(k.Snapshot().View().Route(big.Key())); len(got) != 1 || got[0].MTU != 65520 {
 		t.Errorf("mtu 70000: the fake holds %v, want the kernel's clamp to 65520", got)
 	}
 	if err := k.AddRoute(netwatch.Route{Dst: netip.MustParsePrefix("10.7.0.0/16"), Index: eth,

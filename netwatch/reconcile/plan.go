@@ -116,6 +116,8 @@ type planner struct {
 	want    *netwatch.RouteSet
 	repairs []int32
 	rules   map[ownedPriority][]netwatch.Rule // deduplicated, in the order given
+	// cur holds the kernel's routes of the key being planned (routes).
+	cur []netwatch.Route
 
 	cursor
 }
@@ -580,7 +582,7 @@ func ruleSelectorsMatch(req, r netwatch.Rule) bool {
 // unless none or one that matches is there.
 func planRepair(v netwatch.View, rep netwatch.Route) (netwatch.Op, bool) {
 	rep = rep.Clean()
-	cur := v.Route(rep.Key())
+	cur := slices.Collect(v.Route(rep.Key())) // a repair is rare
 	if len(cur) == 0 || slices.ContainsFunc(cur, func(r netwatch.Route) bool { return rep.Matches(r) }) {
 		return netwatch.Op{}, false
 	}
