@@ -192,14 +192,14 @@ func BenchmarkKernelInitialSync(b *testing.B) {
 						dump func(*testing.B, *testNS) int
 						took *time.Duration
 					}{{rawDump, &rawTime}, {bareDump, &bareTime}} {
-						settle()
+						settle(b)
 						start := time.Now()
 						if got := d.dump(b, ns); got < n {
 							b.Fatalf("dump: %d messages, want at least %d", got, n)
 						}
 						*d.took += time.Since(start)
 					}
-					settle()
+					settle(b)
 					took, _ := syncOnce(b, ns, nil)
 					syncTime += took
 					ratios = append(ratios, float64(took)/float64(bareTime-bare0))
@@ -225,15 +225,9 @@ func BenchmarkKernelInitialSync(b *testing.B) {
 // measurements starts as a fresh process would: the raw dump leaves ~70 MB
 // of garbage, and the sync before it 40 MB of route chunks to unmap, whose
 // collection and return would otherwise fall inside the next measurement.
-func settle() {
+func settle(b *testing.B) {
+	awaitMapped(b, 0, "before a measurement")
 	debug.FreeOSMemory()
-	for range 100 {
-		if mappedBytes.Load() == 0 {
-			return // every store's cleanup has run
-		}
-		runtime.GC()
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // childPeakRSS runs TestHelperSyncRSS in a fresh process against ns and

@@ -106,7 +106,7 @@ func TestSchedulerRun(t *testing.T) {
 		if got := cs.searches(addr(7)); got != 2 {
 			t.Fatalf("after two triggers: peer searched %d times, want 2 (new, then one for both triggers)", got)
 		}
-		time.Sleep(DefaultInterval * 2) // fake time: two intervals
+		time.Sleep(DefaultInterval * 2) // fake time (synctest): two intervals pass at once, not a wait for a condition
 		synctest.Wait()
 		cancel()
 		if err := <-done; err != nil {
@@ -174,7 +174,7 @@ func TestSchedulerRate5000(t *testing.T) {
 		}
 		s.Sync(peers)
 		const span = 2 * time.Hour
-		time.Sleep(span)
+		time.Sleep(span) // fake time (synctest): the bubble's clock jumps when every goroutine waits
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)
