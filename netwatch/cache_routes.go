@@ -315,11 +315,9 @@ func (t *table) get(k RouteKey) (Route, bool) {
 
 // getAll returns every route with key k, first one first.
 func (t *table) getAll(k RouteKey) []Route {
-	r, ok := t.get(k)
-	if !ok {
-		return nil
-	}
-	return append([]Route{r}, t.dups[k]...)
+	var rs []Route
+	t.each(k, func(r Route) bool { rs = append(rs, r); return true })
+	return rs
 }
 
 // each yields every route with key k, first one first, allocating nothing.
